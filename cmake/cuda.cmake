@@ -1,0 +1,1 @@
+# CUDA part of the build; filled in with the GPU path.

@@ -1,0 +1,12 @@
+// The only PYBIND11_MODULE of ringzip: each area binds itself through one function.
+#include <torch/python.h>
+
+#include "python/bindings.h"
+
+PYBIND11_MODULE(_C, m) {
+  m.doc() = "ringzip native core";
+  // torch's pybind types (Store, Backend, Work) must be registered before ours refer to them.
+  pybind11::module_::import("torch.distributed");
+  ringzip::bind_codec(m);
+  ringzip::bind_backend(m);
+}
