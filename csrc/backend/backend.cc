@@ -1,0 +1,119 @@
+#include "backend/backend.h"
+
+#include "backend/tensors.h"
+#include "common/check.h"
+
+namespace ringzip {
+
+AllreduceAlgo parse_algorithm(const std::string& s) {
+  if (s == "auto") return AllreduceAlgo::Auto;
+  if (s == "ring") return AllreduceAlgo::Ring;
+  if (s == "rd" || s == "recursive_doubling") return AllreduceAlgo::RecursiveDoubling;
+  RZ_CHECK_VALUE(false, "unknown algorithm '", s, "' (expected auto, ring or rd)");
+}
+
+RingzipBackend::RingzipBackend(std::unique_ptr<Transport> net, Config cfg)
+    : c10d::Backend(net->rank(), net->size()), net_(std::move(net)), cfg_(std::move(cfg)) {
+  worker_ = std::thread([this] { run_worker(); });
+}
+
+RingzipBackend::~RingzipBackend() { shutdown(); }
+
+c10::intrusive_ptr<c10d::Backend::Options> RingzipBackend::getBackendOptions() {
+  return c10::make_intrusive<Options>("ringzip", cfg_.timeout);
+}
+
+void RingzipBackend::shutdown() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stop_) return;
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (worker_.joinable()) worker_.join();
+}
+
+void RingzipBackend::run_worker() {
+  for (;;) {
+    std::function<void()> task;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stopping and drained
+      task = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    task();
+  }
+}
+
+std::chrono::milliseconds RingzipBackend::effective(std::chrono::milliseconds t) const {
+  return t == c10d::kUnsetTimeout ? cfg_.timeout : t;
+}
+
+c10::intrusive_ptr<c10d::Work> RingzipBackend::enqueue(c10d::OpType type, const char* name,
+                                                       std::vector<at::Tensor> outputs,
+                                                       std::chrono::milliseconds timeout, Body body,
+                                                       uint32_t nseq) {
+  const auto to = effective(timeout);
+  const uint64_t seq = seq_.fetch_add(nseq);
+  auto work = c10::make_intrusive<CollectiveWork>(rank_, type, name, std::move(outputs), seq, to);
+  std::function<void()> task = [this, work, body = std::move(body), seq, to, name] {
+    Comm c{*net_, static_cast<uint32_t>(seq), std::chrono::steady_clock::now() + to, name};
+    try {
+      body(c);
+    } catch (...) {
+      work->fail(std::current_exception());
+      return;
+    }
+    work->complete();
+  };
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    RZ_CHECK(!stop_, name, ": the process group was shut down or aborted");
+    queue_.push_back(std::move(task));
+  }
+  cv_.notify_one();
+  return work;
+}
+
+c10::intrusive_ptr<c10d::Work> RingzipBackend::barrier(const c10d::BarrierOptions& opts) {
+  return enqueue(c10d::OpType::BARRIER, "barrier", {}, opts.timeout, [](Comm& c) { ringzip::barrier(c); });
+}
+
+// Point-to-point bypasses the worker (like gloo): it must not queue behind collectives, and
+// a posted receive must not block them.
+static void check_p2p(const std::vector<at::Tensor>& ts, int peer, int self, int world, int tag,
+                      const char* op) {
+  check_single(ts, op);
+  check_rank(peer, world, op, "peer");
+  RZ_CHECK_VALUE(peer != self, op, ": peer rank ", peer, " is this process's own rank");
+  RZ_CHECK_VALUE(tag >= 0 && tag < (1 << 30), op, ": tag ", tag, " outside [0, 2^30)");
+}
+
+c10::intrusive_ptr<c10d::Work> RingzipBackend::send(std::vector<at::Tensor>& tensors, int dst, int tag) {
+  check_p2p(tensors, dst, rank_, size_, tag, "send");
+  auto s = Staged::in(tensors[0]);
+  auto req = net_->isend(s.work.data_ptr(), s.work.nbytes(), dst, static_cast<uint32_t>(tag));
+  return c10::make_intrusive<P2PWork>(rank_, c10d::OpType::SEND, std::move(req),
+                                      std::vector<at::Tensor>{s.work}, nullptr, cfg_.timeout);
+}
+
+c10::intrusive_ptr<c10d::Work> RingzipBackend::recv(std::vector<at::Tensor>& tensors, int src, int tag) {
+  check_p2p(tensors, src, rank_, size_, tag, "recv");
+  auto s = Staged::out(tensors[0]);
+  auto req = net_->irecv(s.work.data_ptr(), s.work.nbytes(), src, static_cast<uint32_t>(tag));
+  return c10::make_intrusive<P2PWork>(rank_, c10d::OpType::RECV, std::move(req),
+                                      std::vector<at::Tensor>{s.work}, [s] { s.finish(); }, cfg_.timeout);
+}
+
+c10::intrusive_ptr<c10d::Work> RingzipBackend::recvAnysource(std::vector<at::Tensor>& tensors, int tag) {
+  check_single(tensors, "recv");
+  RZ_CHECK_VALUE(tag >= 0 && tag < (1 << 30), "recv: tag ", tag, " outside [0, 2^30)");
+  auto s = Staged::out(tensors[0]);
+  auto req = net_->irecv_any(s.work.data_ptr(), s.work.nbytes(), static_cast<uint32_t>(tag));
+  return c10::make_intrusive<P2PWork>(rank_, c10d::OpType::RECVANYSOURCE, std::move(req),
+                                      std::vector<at::Tensor>{s.work}, [s] { s.finish(); }, cfg_.timeout);
+}
+
+}  // namespace ringzip

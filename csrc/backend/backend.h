@@ -1,0 +1,110 @@
+#pragma once
+// ringzip's c10d::Backend. Argument checks run on the caller's thread (so bad input raises at
+// the call and leaves the group usable); the collective itself runs on one worker thread per
+// group, in call order, through the algorithms in collective/ over a Transport.
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <thread>
+
+#include "backend/work.h"
+#include "collective/algorithms.h"
+
+namespace ringzip {
+
+struct Config {
+  std::chrono::milliseconds timeout{std::chrono::minutes(30)};
+  AllreduceAlgo algorithm = AllreduceAlgo::Auto;
+  std::string group_name;
+};
+
+AllreduceAlgo parse_algorithm(const std::string& s);
+
+class RingzipBackend final : public c10d::Backend {
+ public:
+  RingzipBackend(std::unique_ptr<Transport> net, Config cfg);
+  ~RingzipBackend() override;
+
+  const std::string getBackendName() const override { return "ringzip"; }
+  c10::intrusive_ptr<Options> getBackendOptions() override;
+  void setTimeout(std::chrono::milliseconds timeout) override { cfg_.timeout = timeout; }
+  uint64_t getSequenceNumberForGroup() override { return seq_.load(); }
+  void setSequenceNumberForGroup() override {}
+  void abort() override { shutdown(); }
+  void shutdown() override;
+
+  c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
+                                           const c10d::BroadcastOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
+                                           const c10d::AllreduceOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allreduce_coalesced(
+      std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors,
+                                        const c10d::ReduceOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outputs,
+                                           std::vector<at::Tensor>& inputs,
+                                           const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& output, at::Tensor& input,
+                                                 const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather_coalesced(std::vector<std::vector<at::Tensor>>& outputs,
+                                                     std::vector<at::Tensor>& inputs,
+                                                     const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(
+      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs,
+                                        std::vector<at::Tensor>& inputs,
+                                        const c10d::GatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor>& outputs,
+                                         std::vector<std::vector<at::Tensor>>& inputs,
+                                         const c10d::ScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter(std::vector<at::Tensor>& outputs,
+                                                std::vector<std::vector<at::Tensor>>& inputs,
+                                                const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(at::Tensor& output, at::Tensor& input,
+                                                      const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_coalesced(
+      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor& output, at::Tensor& input,
+                                               std::vector<int64_t>& output_splits,
+                                               std::vector<int64_t>& input_splits,
+                                               const c10d::AllToAllOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& outputs,
+                                          std::vector<at::Tensor>& inputs,
+                                          const c10d::AllToAllOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst, int tag) override;
+  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src, int tag) override;
+  c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors, int tag) override;
+  c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
+
+  const Config& config() const { return cfg_; }
+  void set_algorithm(AllreduceAlgo a) { cfg_.algorithm = a; }
+
+ private:
+  using Body = std::function<void(Comm&)>;
+  // Queues `body` on the worker; `nseq` sequence numbers are reserved for it (coalesced ops
+  // run one sub-collective per sequence number so their tags stay apart).
+  c10::intrusive_ptr<c10d::Work> enqueue(c10d::OpType type, const char* name,
+                                         std::vector<at::Tensor> outputs,
+                                         std::chrono::milliseconds timeout, Body body,
+                                         uint32_t nseq = 1);
+  void run_worker();
+  std::chrono::milliseconds effective(std::chrono::milliseconds t) const;
+
+  std::unique_ptr<Transport> net_;
+  Config cfg_;
+  std::atomic<uint64_t> seq_{0};
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> queue_;
+  bool stop_ = false;
+  std::thread worker_;
+};
+
+}  // namespace ringzip

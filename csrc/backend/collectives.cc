@@ -1,0 +1,276 @@
+// The c10d collective entry points: check arguments here, on the caller's thread, then queue
+// the algorithm with host-staged buffers.
+#include <cstring>
+#include <numeric>
+
+#include "backend/backend.h"
+#include "backend/tensors.h"
+#include "collective/reduce.h"
+#include "common/check.h"
+
+namespace ringzip {
+namespace {
+
+void run_allreduce(Comm& c, Buf b, const Reduction& red, AllreduceAlgo algo) {
+  if (red.pre != 1.0) scale_inplace(b.dtype, b.data, b.count, red.pre);
+  allreduce(c, b, red.op, algo);
+  if (red.post != 1.0) scale_inplace(b.dtype, b.data, b.count, red.post);
+}
+
+// Reduce-scatter of a flat host buffer holding `world` equal parts; the reduced part of this
+// rank is copied into `out`.
+void run_reduce_scatter(Comm& c, Buf flat, const Reduction& red, const at::Tensor& out) {
+  if (red.pre != 1.0) scale_inplace(flat.dtype, flat.data, flat.count, red.pre);
+  const size_t part = flat.count / c.size();
+  std::vector<size_t> begin(c.size() + 1);
+  for (int i = 0; i <= c.size(); ++i) begin[i] = part * i;
+  ring_reduce_scatter(c, flat, red.op, begin);
+  Buf mine{flat.at(begin[c.rank()]), part, flat.dtype};
+  if (red.post != 1.0) scale_inplace(mine.dtype, mine.data, mine.count, red.post);
+  std::memcpy(out.data_ptr(), mine.data, mine.bytes());
+}
+
+void check_list(const std::vector<at::Tensor>& list, const at::Tensor& like, size_t expect,
+                const char* op, const char* what) {
+  RZ_CHECK_VALUE(list.size() == expect, op, ": ", what, " has ", list.size(),
+                 " tensors, expected ", expect, " (one per rank)");
+  for (const auto& t : list) check_same(t, like, op, what);
+}
+
+}  // namespace
+
+c10::intrusive_ptr<c10d::Work> RingzipBackend::allreduce(std::vector<at::Tensor>& tensors,
+                                                         const c10d::AllreduceOptions& opts) {
+  check_single(tensors, "allreduce");
+  auto red = to_reduction(opts.reduceOp, to_dtype(tensors[0].scalar_type(), "allreduce"), size_, "allreduce");
+  auto s = Staged::in(tensors[0]);
+  auto algo = cfg_.algorithm;
+  return enqueue(c10d::OpType::ALLREDUCE, "allreduce", tensors, opts.timeout, [s, red, algo](Comm& c) {
+    run_allreduce(c, s.buf(), red, algo);
+    s.finish();
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> RingzipBackend::allreduce_coalesced(
+    std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) {
+  RZ_CHECK_VALUE(!tensors.empty(), "allreduce_coalesced: no tensors given");
+  for (const auto& t : tensors) {
+    check_single({t}, "allreduce_coalesced");
+    check_device(t, tensors[0], "allreduce_coalesced", "a tensor");
+    RZ_CHECK_TYPE(t.scalar_type() == tensors[0].scalar_type(),
+                  "allreduce_coalesced: all tensors must have one dtype, got ", t.scalar_type(),
+                  " and ", tensors[0].scalar_type());
+  }
+  auto red = to_reduction(opts.reduceOp, to_dtype(tensors[0].scalar_type(), "allreduce_coalesced"),
+                          size_, "allreduce_coalesced");
+  std::vector<at::Tensor> flat_in;
+  for (const auto& t : tensors) flat_in.push_back(t.reshape({-1}).to(at::kCPU));
+  auto flat = at::cat(flat_in);
+  auto algo = cfg_.algorithm;
+  return enqueue(c10d::OpType::ALLREDUCE_COALESCED, "allreduce_coalesced", tensors, opts.timeout,
+                 [tensors, flat, red, algo](Comm& c) {
+                   run_allreduce(c, buf_of(flat), red, algo);
+                   int64_t off = 0;
+                   for (const auto& t : tensors) {
+                     t.copy_(flat.narrow(0, off, t.numel()).view(t.sizes()));
+                     off += t.numel();
+                   }
+                 });
+}
+
+c10::intrusive_ptr<c10d::Work> RingzipBackend::broadcast(std::vector<at::Tensor>& tensors,
+                                                         const c10d::BroadcastOptions& opts) {
+  check_single(tensors, "broadcast");
+  check_rank(opts.rootRank, size_, "broadcast", "root");
+  RZ_CHECK_VALUE(opts.rootTensor == 0, "broadcast: root tensor index must be 0, got ", opts.rootTensor);
+  const int root = static_cast<int>(opts.rootRank);
+  auto s = rank_ == root ? Staged::in(tensors[0]) : Staged::out(tensors[0]);
+  return enqueue(c10d::OpType::BROADCAST, "broadcast", tensors, opts.timeout, [s, root](Comm& c) {
+    ringzip::broadcast(c, s.buf(), root);
+    s.finish();
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> RingzipBackend::reduce(std::vector<at::Tensor>& tensors,
+                                                      const c10d::ReduceOptions& opts) {
+  check_single(tensors, "reduce");
+  check_rank(opts.rootRank, size_, "reduce", "root");
+  auto red = to_reduction(opts.reduceOp, to_dtype(tensors[0].scalar_type(), "reduce"), size_, "reduce");
+  const int root = static_cast<int>(opts.rootRank);
+  auto s = Staged::in(tensors[0]);
+  const bool is_root = rank_ == root;
+  return enqueue(c10d::OpType::REDUCE, "reduce", tensors, opts.timeout, [s, red, root, is_root](Comm& c) {
+    // Pre-scaling must not touch a non-root's input, so it works on a copy there.
+    at::Tensor w = (red.pre != 1.0 && !is_root) ? s.work.clone() : s.work;
+    Buf b = buf_of(w);
+    if (red.pre != 1.0) scale_inplace(b.dtype, b.data, b.count, red.pre);
+    ringzip::reduce(c, b, red.op, root);
+    if (is_root) {
+      if (red.post != 1.0) scale_inplace(b.dtype, b.data, b.count, red.post);
+      s.finish();
+    }
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> RingzipBackend::reduce_scatter(
+    std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
+    const c10d::ReduceScatterOptions& opts) {
+  check_single(outputs, "reduce_scatter");
+  RZ_CHECK_VALUE(inputs.size() == 1, "reduce_scatter takes one input list per process, got ", inputs.size());
+  check_list(inputs[0], outputs[0], size_, "reduce_scatter", "input list");
+  auto red = to_reduction(opts.reduceOp, to_dtype(outputs[0].scalar_type(), "reduce_scatter"), size_,
+                          "reduce_scatter");
+  std::vector<at::Tensor> parts;
+  for (const auto& t : inputs[0]) parts.push_back(t.reshape({-1}).to(at::kCPU));
+  auto flat = at::cat(parts);
+  auto s = Staged::out(outputs[0]);
+  return enqueue(c10d::OpType::REDUCE_SCATTER, "reduce_scatter", outputs, opts.timeout,
+                 [flat, s, red](Comm& c) {
+                   run_reduce_scatter(c, buf_of(flat), red, s.work);
+                   s.finish();
+                 });
+}
+
+c10::intrusive_ptr<c10d::Work> RingzipBackend::_reduce_scatter_base(
+    at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) {
+  check_single({output}, "reduce_scatter_tensor");
+  check_device(input, output, "reduce_scatter_tensor", "input");
+  RZ_CHECK_TYPE(input.scalar_type() == output.scalar_type(), "reduce_scatter_tensor: input dtype ",
+                input.scalar_type(), " differs from output dtype ", output.scalar_type());
+  RZ_CHECK_VALUE(input.numel() == output.numel() * size_, "reduce_scatter_tensor: input has ",
+                 input.numel(), " elements, expected output size ", output.numel(), " x group size ", size_);
+  auto red = to_reduction(opts.reduceOp, to_dtype(output.scalar_type(), "reduce_scatter_tensor"), size_,
+                          "reduce_scatter_tensor");
+  // The reduction runs in place, so it works on a copy: the caller's input stays intact.
+  auto flat = input.to(at::kCPU, false, /*copy=*/true).contiguous();
+  auto s = Staged::out(output);
+  return enqueue(c10d::OpType::_REDUCE_SCATTER_BASE, "reduce_scatter_tensor", {output}, opts.timeout,
+                 [flat, s, red](Comm& c) {
+                   run_reduce_scatter(c, buf_of(flat), red, s.work);
+                   s.finish();
+                 });
+}
+
+c10::intrusive_ptr<c10d::Work> RingzipBackend::reduce_scatter_tensor_coalesced(
+    std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+    const c10d::ReduceScatterOptions& opts) {
+  RZ_CHECK_VALUE(outputs.size() == inputs.size(), "reduce_scatter_tensor_coalesced: ", outputs.size(),
+                 " outputs but ", inputs.size(), " inputs");
+  struct Item { at::Tensor flat; Staged out; Reduction red; };
+  std::vector<Item> items;
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    check_single({outputs[i]}, "reduce_scatter_tensor_coalesced");
+    check_device(inputs[i], outputs[i], "reduce_scatter_tensor_coalesced", "input");
+    RZ_CHECK_VALUE(inputs[i].numel() == outputs[i].numel() * size_,
+                   "reduce_scatter_tensor_coalesced: input ", i, " has ", inputs[i].numel(),
+                   " elements, expected ", outputs[i].numel() * size_);
+    RZ_CHECK_TYPE(inputs[i].scalar_type() == outputs[i].scalar_type(),
+                  "reduce_scatter_tensor_coalesced: input and output dtypes differ");
+    items.push_back({inputs[i].to(at::kCPU, false, true).contiguous(), Staged::out(outputs[i]),
+                     to_reduction(opts.reduceOp, to_dtype(outputs[i].scalar_type(), "reduce_scatter"),
+                                  size_, "reduce_scatter_tensor_coalesced")});
+  }
+  const auto n = static_cast<uint32_t>(items.size());
+  return enqueue(c10d::OpType::COALESCED, "reduce_scatter_tensor_coalesced", outputs, opts.timeout,
+                 [items](Comm& c) {
+                   for (const auto& it : items) {
+                     run_reduce_scatter(c, buf_of(it.flat), it.red, it.out.work);
+                     it.out.finish();
+                     ++c.seq;
+                   }
+                 }, std::max<uint32_t>(n, 1));
+}
+
+c10::intrusive_ptr<c10d::Work> RingzipBackend::allgather(std::vector<std::vector<at::Tensor>>& outputs,
+                                                         std::vector<at::Tensor>& inputs,
+                                                         const c10d::AllgatherOptions& opts) {
+  check_single(inputs, "allgather");
+  RZ_CHECK_VALUE(outputs.size() == 1, "allgather takes one output list per process, got ", outputs.size());
+  check_list(outputs[0], inputs[0], size_, "allgather", "output list");
+  auto flat = at::empty({inputs[0].numel() * size_}, inputs[0].options().device(at::kCPU));
+  auto in = Staged::in(inputs[0]);
+  auto outs = outputs[0];
+  return enqueue(c10d::OpType::ALLGATHER, "allgather", outs, opts.timeout, [flat, in, outs](Comm& c) {
+    const int64_t n = in.work.numel();
+    flat.narrow(0, n * c.rank(), n).copy_(in.work.reshape({-1}));
+    ring_allgather(c, buf_of(flat), even_parts(flat.numel(), c.size()));
+    for (int i = 0; i < c.size(); ++i) outs[i].copy_(flat.narrow(0, n * i, n).view(outs[i].sizes()));
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> RingzipBackend::_allgather_base(at::Tensor& output, at::Tensor& input,
+                                                               const c10d::AllgatherOptions& opts) {
+  check_single({input}, "allgather_into_tensor");
+  check_device(output, input, "allgather_into_tensor", "output");
+  RZ_CHECK_TYPE(output.scalar_type() == input.scalar_type(), "allgather_into_tensor: output dtype ",
+                output.scalar_type(), " differs from input dtype ", input.scalar_type());
+  RZ_CHECK_VALUE(output.numel() == input.numel() * size_, "allgather_into_tensor: output has ",
+                 output.numel(), " elements, expected input size ", input.numel(), " x group size ", size_);
+  auto in = input.to(at::kCPU, false, /*copy=*/true).contiguous();  // may alias the output
+  auto out = Staged::out(output);
+  return enqueue(c10d::OpType::_ALLGATHER_BASE, "allgather_into_tensor", {output}, opts.timeout,
+                 [in, out](Comm& c) {
+                   auto flat = out.work.view({-1});
+                   const int64_t n = in.numel();
+                   flat.narrow(0, n * c.rank(), n).copy_(in.view({-1}));
+                   ring_allgather(c, buf_of(flat), even_parts(flat.numel(), c.size()));
+                   out.finish();
+                 });
+}
+
+c10::intrusive_ptr<c10d::Work> RingzipBackend::allgather_coalesced(
+    std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+    const c10d::AllgatherOptions& opts) {
+  RZ_CHECK_VALUE(outputs.size() == inputs.size(), "allgather_coalesced: ", outputs.size(),
+                 " output lists but ", inputs.size(), " inputs");
+  std::vector<at::Tensor> flats, ins;
+  std::vector<at::Tensor> all_out;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    check_single({inputs[i]}, "allgather_coalesced");
+    check_list(outputs[i], inputs[i], size_, "allgather_coalesced", "output list");
+    ins.push_back(inputs[i].reshape({-1}).to(at::kCPU, false, true).contiguous());
+    for (auto& t : outputs[i]) all_out.push_back(t);
+  }
+  auto outs = outputs;
+  return enqueue(c10d::OpType::ALLGATHER_COALESCED, "allgather_coalesced", all_out, opts.timeout,
+                 [ins, outs](Comm& c) {
+                   for (size_t i = 0; i < ins.size(); ++i) {
+                     const int64_t n = ins[i].numel();
+                     auto flat = at::empty({n * c.size()}, ins[i].options());
+                     flat.narrow(0, n * c.rank(), n).copy_(ins[i]);
+                     ring_allgather(c, buf_of(flat), even_parts(flat.numel(), c.size()));
+                     for (int r = 0; r < c.size(); ++r)
+                       outs[i][r].copy_(flat.narrow(0, n * r, n).view(outs[i][r].sizes()));
+                     ++c.seq;
+                   }
+                 }, std::max<uint32_t>(static_cast<uint32_t>(inputs.size()), 1));
+}
+
+c10::intrusive_ptr<c10d::Work> RingzipBackend::allgather_into_tensor_coalesced(
+    std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs, const c10d::AllgatherOptions& opts) {
+  RZ_CHECK_VALUE(outputs.size() == inputs.size(), "allgather_into_tensor_coalesced: ", outputs.size(),
+                 " outputs but ", inputs.size(), " inputs");
+  std::vector<std::pair<at::Tensor, Staged>> items;
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    check_single({inputs[i]}, "allgather_into_tensor_coalesced");
+    check_device(outputs[i], inputs[i], "allgather_into_tensor_coalesced", "output");
+    RZ_CHECK_TYPE(outputs[i].scalar_type() == inputs[i].scalar_type(),
+                  "allgather_into_tensor_coalesced: output and input dtypes differ");
+    RZ_CHECK_VALUE(outputs[i].numel() == inputs[i].numel() * size_, "allgather_into_tensor_coalesced: output ",
+                   i, " has ", outputs[i].numel(), " elements, expected ", inputs[i].numel() * size_);
+    items.emplace_back(inputs[i].to(at::kCPU, false, true).contiguous(), Staged::out(outputs[i]));
+  }
+  return enqueue(c10d::OpType::COALESCED, "allgather_into_tensor_coalesced", outputs, opts.timeout,
+                 [items](Comm& c) {
+                   for (const auto& [in, out] : items) {
+                     auto flat = out.work.view({-1});
+                     const int64_t n = in.numel();
+                     flat.narrow(0, n * c.rank(), n).copy_(in.view({-1}));
+                     ring_allgather(c, buf_of(flat), even_parts(flat.numel(), c.size()));
+                     out.finish();
+                     ++c.seq;
+                   }
+                 }, std::max<uint32_t>(static_cast<uint32_t>(items.size()), 1));
+}
+
+}  // namespace ringzip

@@ -1,0 +1,41 @@
+#pragma once
+// The bridge between at::Tensor and the collective layer: dtype mapping, argument checks
+// with messages a user can act on, and host staging of tensors the algorithms can't use
+// in place (non-contiguous, or on a GPU while the transport is host-only).
+#include <ATen/ATen.h>
+#include <torch/csrc/distributed/c10d/Types.hpp>
+
+#include "collective/comm.h"
+#include "common/types.h"
+
+namespace ringzip {
+
+DType to_dtype(at::ScalarType t, const char* op);
+
+// A reduction as the algorithms run it: op plus scaling before (PREMUL_SUM) and after (AVG).
+struct Reduction {
+  RedOp op;
+  double pre = 1.0;
+  double post = 1.0;
+};
+Reduction to_reduction(const c10d::ReduceOp& op, DType t, int world, const char* name);
+
+// A tensor as the algorithms see it. `work` is host-contiguous; finish() writes it back to
+// the user's tensor when they differ.
+struct Staged {
+  at::Tensor user;
+  at::Tensor work;
+  static Staged in(const at::Tensor& t);   // contents copied in (inputs, in-place ops)
+  static Staged out(const at::Tensor& t);  // contents not needed (pure outputs)
+  Buf buf() const;
+  void finish() const;
+};
+
+Buf buf_of(const at::Tensor& host_contiguous);
+
+void check_single(const std::vector<at::Tensor>& ts, const char* op);
+void check_device(const at::Tensor& t, const at::Tensor& like, const char* op, const char* what);
+void check_same(const at::Tensor& t, const at::Tensor& like, const char* op, const char* what);
+void check_rank(int64_t r, int world, const char* op, const char* what);
+
+}  // namespace ringzip

@@ -1,0 +1,79 @@
+#include "backend/work.h"
+
+#include <ATen/core/ivalue.h>
+
+#include "common/check.h"
+
+namespace ringzip {
+
+CollectiveWork::CollectiveWork(int rank, c10d::OpType type, std::string name,
+                               std::vector<at::Tensor> outputs, uint64_t seq,
+                               std::chrono::milliseconds timeout)
+    : c10d::Work(rank, type),
+      name_(std::move(name)),
+      outputs_(std::move(outputs)),
+      seq_(seq),
+      timeout_(timeout),
+      future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {}
+
+void CollectiveWork::complete() {
+  finish();
+  future_->markCompleted(c10::IValue(outputs_));
+}
+
+void CollectiveWork::fail(std::exception_ptr e) {
+  finish(e);
+  future_->setError(e);
+}
+
+bool CollectiveWork::wait(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (timeout == kNoTimeout) {
+    cv_.wait(lock, [&] { return completed_; });
+  } else if (!cv_.wait_for(lock, timeout, [&] { return completed_; })) {
+    TORCH_CHECK_WITH(DistBackendError, false, "ringzip: wait() on ", name_, " (seq ", seq_,
+                     ") timed out after ", timeout.count(), " ms");
+  }
+  if (exception_) std::rethrow_exception(exception_);
+  return true;
+}
+
+P2PWork::P2PWork(int rank, c10d::OpType type, std::unique_ptr<Request> req,
+                 std::vector<at::Tensor> keep, std::function<void()> on_done,
+                 std::chrono::milliseconds timeout)
+    : c10d::Work(rank, type),
+      req_(std::move(req)),
+      keep_(std::move(keep)),
+      on_done_(std::move(on_done)),
+      timeout_(timeout) {}
+
+bool P2PWork::wait(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (completed_) {
+    if (exception_) std::rethrow_exception(exception_);
+    return true;
+  }
+  try {
+    req_->wait(timeout == kNoTimeout ? timeout_ : timeout);
+    source_ = req_->source();
+    if (on_done_) on_done_();
+  } catch (const std::exception& e) {
+    try {
+      TORCH_CHECK_WITH(DistBackendError, false, "ringzip: point-to-point ",
+                       c10d::opTypeToString(opType_), " failed: ", e.what());
+    } catch (...) {
+      exception_ = std::current_exception();
+    }
+  }
+  completed_ = true;
+  cv_.notify_all();
+  if (exception_) std::rethrow_exception(exception_);
+  return true;
+}
+
+int P2PWork::sourceRank() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return source_;
+}
+
+}  // namespace ringzip

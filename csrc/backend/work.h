@@ -1,0 +1,49 @@
+#pragma once
+// Work objects handed to torch: one completes on the backend's worker thread (collectives),
+// the other wraps a transport request (point-to-point).
+#include <torch/csrc/distributed/c10d/Work.hpp>
+
+#include <functional>
+
+#include "transport/transport.h"
+
+namespace ringzip {
+
+class CollectiveWork final : public c10d::Work {
+ public:
+  CollectiveWork(int rank, c10d::OpType type, std::string name, std::vector<at::Tensor> outputs,
+                 uint64_t seq, std::chrono::milliseconds timeout);
+  bool wait(std::chrono::milliseconds timeout = kNoTimeout) override;
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+  std::vector<at::Tensor> result() override { return outputs_; }
+  uint64_t getSequencenumber() const override { return seq_; }
+  std::chrono::milliseconds getTimeout() const override { return timeout_; }
+  void complete();
+  void fail(std::exception_ptr e);
+  const std::string& name() const { return name_; }
+
+ private:
+  std::string name_;
+  std::vector<at::Tensor> outputs_;
+  uint64_t seq_;
+  std::chrono::milliseconds timeout_;
+  c10::intrusive_ptr<c10::ivalue::Future> future_;
+};
+
+class P2PWork final : public c10d::Work {
+ public:
+  P2PWork(int rank, c10d::OpType type, std::unique_ptr<Request> req, std::vector<at::Tensor> keep,
+          std::function<void()> on_done, std::chrono::milliseconds timeout);
+  bool wait(std::chrono::milliseconds timeout = kNoTimeout) override;
+  int sourceRank() const override;
+  std::vector<at::Tensor> result() override { return keep_; }
+
+ private:
+  std::unique_ptr<Request> req_;
+  std::vector<at::Tensor> keep_;  // owns the buffers the transport reads or writes
+  std::function<void()> on_done_;
+  std::chrono::milliseconds timeout_;
+  int source_ = -1;
+};
+
+}  // namespace ringzip

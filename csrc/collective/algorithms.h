@@ -1,0 +1,39 @@
+#pragma once
+// Exact collective algorithms, written once against Comm (transport + tags + deadline).
+// Buffers are host memory; counts are elements.
+#include <vector>
+
+#include "collective/comm.h"
+
+namespace ringzip {
+
+enum class AllreduceAlgo { Auto, Ring, RecursiveDoubling };
+
+// Picks the algorithm for a dense all-reduce of `bytes` over `ranks` (cost model in algorithms.cc).
+AllreduceAlgo choose_allreduce(size_t bytes, int ranks, AllreduceAlgo requested);
+
+void allreduce(Comm& c, Buf data, RedOp op, AllreduceAlgo algo);
+void ring_allreduce(Comm& c, Buf data, RedOp op);
+void rd_allreduce(Comm& c, Buf data, RedOp op);
+
+// Ring reduce-scatter in place: afterwards rank i's part [begin[i], begin[i+1]) holds the
+// reduction over all ranks. `begin` has size()+1 entries.
+void ring_reduce_scatter(Comm& c, Buf data, RedOp op, const std::vector<size_t>& begin,
+                         uint32_t step_base = 0);
+// Ring allgather in place: rank i contributes part i, everybody ends with all parts.
+void ring_allgather(Comm& c, Buf data, const std::vector<size_t>& begin, uint32_t step_base = 0);
+
+void broadcast(Comm& c, Buf data, int root);
+// Reduction of every rank's `data` into root's `data`; other ranks' buffers are untouched.
+void reduce(Comm& c, Buf data, RedOp op, int root);
+// Root receives rank i's `bytes` into out[i]; others send `in`.
+void gather(Comm& c, const void* in, size_t bytes, const std::vector<void*>& out, int root);
+void scatter(Comm& c, const std::vector<const void*>& in, void* out, size_t bytes, int root);
+// Personalized exchange: sends[i] (send_bytes[i]) to rank i, receives recv_bytes[i] into recvs[i].
+void alltoall(Comm& c, const std::vector<const void*>& sends, const std::vector<size_t>& send_bytes,
+              const std::vector<void*>& recvs, const std::vector<size_t>& recv_bytes);
+void barrier(Comm& c);
+
+std::vector<size_t> even_parts(size_t count, int parts);
+
+}  // namespace ringzip

@@ -1,0 +1,26 @@
+#include "collective/comm.h"
+
+#include <c10/util/Exception.h>
+
+namespace ringzip {
+
+void Comm::wait(Request& req, int peer, const char* what) {
+  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+      deadline - std::chrono::steady_clock::now());
+  if (left.count() < 1) left = std::chrono::milliseconds(1);
+  try {
+    req.wait(left);
+  } catch (const std::exception& e) {
+    TORCH_CHECK_WITH(DistBackendError, false, "ringzip ", op, " (seq ", seq, ", rank ", rank(),
+                     " of ", size(), "): ", what, " rank ", peer, " failed: ", e.what());
+  }
+}
+
+void Comm::wait_all(std::vector<std::unique_ptr<Request>>& reqs, const std::vector<int>& peers,
+                    const char* what) {
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    if (reqs[i]) wait(*reqs[i], peers[i], what);
+  }
+}
+
+}  // namespace ringzip

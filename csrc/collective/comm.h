@@ -1,0 +1,50 @@
+#pragma once
+// Per-call context every algorithm runs in: the transport, the collective's sequence number
+// (which keeps tags of different collectives apart), its deadline and a name for errors.
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/types.h"
+#include "transport/transport.h"
+
+namespace ringzip {
+
+struct Comm {
+  Transport& net;
+  uint32_t seq;
+  std::chrono::steady_clock::time_point deadline;
+  std::string op;  // e.g. "allreduce"; names the call in error messages
+
+  int rank() const { return net.rank(); }
+  int size() const { return net.size(); }
+  // Collective tags live above 2^30 so they never meet user point-to-point tags.
+  uint32_t tag(uint32_t step) const { return (1u << 30) | ((seq & 0x3FFFu) << 16) | (step & 0xFFFFu); }
+  std::unique_ptr<Request> isend(const void* p, size_t bytes, int peer, uint32_t step) {
+    return net.isend(p, bytes, peer, tag(step));
+  }
+  std::unique_ptr<Request> irecv(void* p, size_t bytes, int peer, uint32_t step) {
+    return net.irecv(p, bytes, peer, tag(step));
+  }
+  // Waits within the call's deadline; failures are rethrown naming the op, rank and peer.
+  void wait(Request& req, int peer, const char* what);
+  void wait_all(std::vector<std::unique_ptr<Request>>& reqs, const std::vector<int>& peers,
+                const char* what);
+};
+
+// A contiguous run of elements of one dtype.
+struct Buf {
+  void* data;
+  size_t count;
+  DType dtype;
+  size_t bytes() const { return count * dtype_size(dtype); }
+  char* at(size_t elem) const { return static_cast<char*>(data) + elem * dtype_size(dtype); }
+};
+
+// Splits `count` elements into `parts` nearly equal contiguous pieces.
+inline size_t part_begin(size_t count, int parts, int i) {
+  return count / parts * i + std::min<size_t>(i, count % parts);
+}
+
+}  // namespace ringzip

@@ -1,0 +1,64 @@
+// Log-step all-reduce for small messages: ranks beyond the largest power of two fold their
+// data into a partner first and receive the result last; the rest exchange whole buffers
+// with partner rank^mask for each mask. Both partners compute op(a, b) of the same two
+// values, and the ops are commutative, so every rank ends bitwise identical.
+#include <vector>
+
+#include "collective/algorithms.h"
+#include "collective/reduce.h"
+
+namespace ringzip {
+
+void rd_allreduce(Comm& c, Buf data, RedOp op) {
+  const int n = c.size(), r = c.rank();
+  if (n == 1 || data.count == 0) return;
+  int p = 1;
+  while (p * 2 <= n) p *= 2;
+  const int extra = n - p;
+  const uint32_t last_step = 31;
+  std::vector<char> scratch(data.bytes());
+
+  if (r >= p) {
+    auto s = c.isend(data.data, data.bytes(), r - p, 0);
+    c.wait(*s, r - p, "fold send to");
+    auto q = c.irecv(data.data, data.bytes(), r - p, last_step);
+    c.wait(*q, r - p, "result receive from");
+    return;
+  }
+  if (r < extra) {
+    auto q = c.irecv(scratch.data(), data.bytes(), r + p, 0);
+    c.wait(*q, r + p, "fold receive from");
+    reduce_into(data.dtype, op, data.data, scratch.data(), data.count);
+  }
+  uint32_t step = 1;
+  for (int mask = 1; mask < p; mask <<= 1, ++step) {
+    const int partner = r ^ mask;
+    auto q = c.irecv(scratch.data(), data.bytes(), partner, step);
+    auto s = c.isend(data.data, data.bytes(), partner, step);
+    c.wait(*q, partner, "exchange receive from");
+    c.wait(*s, partner, "exchange send to");
+    reduce_into(data.dtype, op, data.data, scratch.data(), data.count);
+  }
+  if (r < extra) {
+    auto s = c.isend(data.data, data.bytes(), r + p, last_step);
+    c.wait(*s, r + p, "result send to");
+  }
+}
+
+AllreduceAlgo choose_allreduce(size_t bytes, int ranks, AllreduceAlgo requested) {
+  if (requested != AllreduceAlgo::Auto) return requested;
+  // Recursive doubling moves log2(n) whole buffers, the ring 2(n-1)/n of one buffer in
+  // 2(n-1) latency-bound steps: below this size latency dominates (bench/results).
+  constexpr size_t kRingThreshold = 64 << 10;
+  return bytes < kRingThreshold ? AllreduceAlgo::RecursiveDoubling : AllreduceAlgo::Ring;
+}
+
+void allreduce(Comm& c, Buf data, RedOp op, AllreduceAlgo algo) {
+  if (choose_allreduce(data.bytes(), c.size(), algo) == AllreduceAlgo::Ring) {
+    ring_allreduce(c, data, op);
+  } else {
+    rd_allreduce(c, data, op);
+  }
+}
+
+}  // namespace ringzip

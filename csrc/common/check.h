@@ -1,0 +1,9 @@
+#pragma once
+// One family of checks for ringzip. Each maps to the Python exception a user expects:
+// RZ_CHECK_VALUE -> ValueError (bad argument), RZ_CHECK_TYPE -> TypeError (bad dtype/device),
+// RZ_CHECK -> RuntimeError (state or peer failures).
+#include <c10/util/Exception.h>
+
+#define RZ_CHECK(cond, ...) TORCH_CHECK(cond, "ringzip: ", __VA_ARGS__)
+#define RZ_CHECK_VALUE(cond, ...) TORCH_CHECK_VALUE(cond, "ringzip: ", __VA_ARGS__)
+#define RZ_CHECK_TYPE(cond, ...) TORCH_CHECK_TYPE(cond, "ringzip: ", __VA_ARGS__)

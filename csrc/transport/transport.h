@@ -1,0 +1,44 @@
+#pragma once
+// What the collective algorithms need from a network: post a send or a receive of bytes
+// to/from a peer under a tag, then wait for it. Algorithms never name a concrete transport.
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace ringzip {
+
+class Request {
+ public:
+  virtual ~Request() = default;
+  // Blocks until the transfer finished; throws on error or when `timeout` elapses.
+  virtual void wait(std::chrono::milliseconds timeout) = 0;
+  // Rank the data came from (for receives from any source); -1 when not applicable.
+  virtual int source() const { return -1; }
+};
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual std::string name() const = 0;
+  // The buffer must stay valid and untouched until the request completed.
+  virtual std::unique_ptr<Request> isend(const void* data, size_t bytes, int peer, uint32_t tag) = 0;
+  virtual std::unique_ptr<Request> irecv(void* data, size_t bytes, int peer, uint32_t tag) = 0;
+  virtual std::unique_ptr<Request> irecv_any(void* data, size_t bytes, uint32_t tag) = 0;
+};
+
+// A request that is already complete (zero-byte transfers never touch the network).
+class DoneRequest final : public Request {
+ public:
+  explicit DoneRequest(int source = -1) : source_(source) {}
+  void wait(std::chrono::milliseconds) override {}
+  int source() const override { return source_; }
+
+ private:
+  int source_;
+};
+
+}  // namespace ringzip
