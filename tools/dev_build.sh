@@ -4,11 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python}
-if [[ -z "${CUDACXX:-}" ]] && command -v nvcc >/dev/null; then
-  # The nvcc on PATH may be a shim script; CMake needs the real toolkit path.
-  real=$(grep -o '/[^ ]*/bin/nvcc' "$(command -v nvcc)" 2>/dev/null || command -v nvcc)
-  export CUDACXX=$real CUDA_HOME=${CUDA_HOME:-$(dirname "$(dirname "$real")")}
-fi
+. tools/cuda_env.sh
 cmake -S . -B build/dev -G Ninja -DPython_EXECUTABLE="$(command -v "$PY")" \
   -DCMAKE_BUILD_TYPE=${BUILD_TYPE:-Release} ${CMAKE_ARGS:-} >/dev/null
 cmake --build build/dev -j "${JOBS:-2}"

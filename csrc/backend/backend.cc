@@ -38,12 +38,18 @@ void RingzipBackend::run_worker() {
     std::function<void()> task;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      cv_.wait(lock, [&] { return (stop_ && !busy_) || (!queue_.empty() && !busy_); });
       if (queue_.empty()) return;  // stopping and drained
       task = std::move(queue_.front());
       queue_.pop_front();
+      busy_ = true;
     }
     task();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      busy_ = false;
+    }
+    cv_.notify_all();
   }
 }
 
@@ -51,10 +57,10 @@ std::chrono::milliseconds RingzipBackend::effective(std::chrono::milliseconds t)
   return t == c10d::kUnsetTimeout ? cfg_.timeout : t;
 }
 
-c10::intrusive_ptr<c10d::Work> RingzipBackend::enqueue(c10d::OpType type, const char* name,
-                                                       std::vector<at::Tensor> outputs,
-                                                       std::chrono::milliseconds timeout, Body body,
-                                                       uint32_t nseq) {
+c10::intrusive_ptr<c10d::Work> RingzipBackend::submit(c10d::OpType type, const char* name,
+                                                      std::vector<at::Tensor> outputs,
+                                                      std::chrono::milliseconds timeout, bool async,
+                                                      Body body, uint32_t nseq) {
   const auto to = effective(timeout);
   const uint64_t seq = seq_.fetch_add(nseq);
   auto work = c10::make_intrusive<CollectiveWork>(rank_, type, name, std::move(outputs), seq, to);
@@ -69,16 +75,27 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::enqueue(c10d::OpType type, const 
     work->complete();
   };
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::unique_lock<std::mutex> lock(mu_);
     RZ_CHECK(!stop_, name, ": the process group was shut down or aborted");
-    queue_.push_back(std::move(task));
+    if (async || busy_ || !queue_.empty()) {
+      queue_.push_back(std::move(task));
+      lock.unlock();
+      cv_.notify_all();
+      return work;
+    }
+    busy_ = true;
   }
-  cv_.notify_one();
+  task();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    busy_ = false;
+  }
+  cv_.notify_all();
   return work;
 }
 
 c10::intrusive_ptr<c10d::Work> RingzipBackend::barrier(const c10d::BarrierOptions& opts) {
-  return enqueue(c10d::OpType::BARRIER, "barrier", {}, opts.timeout, [](Comm& c) { ringzip::barrier(c); });
+  return enqueue(c10d::OpType::BARRIER, "barrier", {}, opts, [](Comm& c) { ringzip::barrier(c); });
 }
 
 // Point-to-point bypasses the worker (like gloo): it must not queue behind collectives, and

@@ -89,10 +89,20 @@ class RingzipBackend final : public c10d::Backend {
   using Body = std::function<void(Comm&)>;
   // Queues `body` on the worker; `nseq` sequence numbers are reserved for it (coalesced ops
   // run one sub-collective per sequence number so their tags stay apart).
+  // A blocking call (async=false) that finds the worker idle runs on the caller's thread:
+  // two thread hand-offs are most of a small message's latency on a busy CPU.
+  template <typename O>
   c10::intrusive_ptr<c10d::Work> enqueue(c10d::OpType type, const char* name,
-                                         std::vector<at::Tensor> outputs,
-                                         std::chrono::milliseconds timeout, Body body,
-                                         uint32_t nseq = 1);
+                                         std::vector<at::Tensor> outputs, const O& opts, Body body,
+                                         uint32_t nseq = 1) {
+    bool async = true;
+    if constexpr (requires { opts.asyncOp; }) async = opts.asyncOp;  // torch >= 2.7
+    return submit(type, name, std::move(outputs), opts.timeout, async, std::move(body), nseq);
+  }
+  c10::intrusive_ptr<c10d::Work> submit(c10d::OpType type, const char* name,
+                                        std::vector<at::Tensor> outputs,
+                                        std::chrono::milliseconds timeout, bool async, Body body,
+                                        uint32_t nseq);
   void run_worker();
   std::chrono::milliseconds effective(std::chrono::milliseconds t) const;
 
@@ -104,6 +114,7 @@ class RingzipBackend final : public c10d::Backend {
   std::condition_variable cv_;
   std::deque<std::function<void()>> queue_;
   bool stop_ = false;
+  bool busy_ = false;  // a task runs, on the worker or inline
   std::thread worker_;
 };
 

@@ -45,7 +45,7 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::allreduce(std::vector<at::Tensor>
   auto red = to_reduction(opts.reduceOp, to_dtype(tensors[0].scalar_type(), "allreduce"), size_, "allreduce");
   auto s = Staged::in(tensors[0]);
   auto algo = cfg_.algorithm;
-  return enqueue(c10d::OpType::ALLREDUCE, "allreduce", tensors, opts.timeout, [s, red, algo](Comm& c) {
+  return enqueue(c10d::OpType::ALLREDUCE, "allreduce", tensors, opts, [s, red, algo](Comm& c) {
     run_allreduce(c, s.buf(), red, algo);
     s.finish();
   });
@@ -67,7 +67,7 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::allreduce_coalesced(
   for (const auto& t : tensors) flat_in.push_back(t.reshape({-1}).to(at::kCPU));
   auto flat = at::cat(flat_in);
   auto algo = cfg_.algorithm;
-  return enqueue(c10d::OpType::ALLREDUCE_COALESCED, "allreduce_coalesced", tensors, opts.timeout,
+  return enqueue(c10d::OpType::ALLREDUCE_COALESCED, "allreduce_coalesced", tensors, opts,
                  [tensors, flat, red, algo](Comm& c) {
                    run_allreduce(c, buf_of(flat), red, algo);
                    int64_t off = 0;
@@ -85,7 +85,7 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::broadcast(std::vector<at::Tensor>
   RZ_CHECK_VALUE(opts.rootTensor == 0, "broadcast: root tensor index must be 0, got ", opts.rootTensor);
   const int root = static_cast<int>(opts.rootRank);
   auto s = rank_ == root ? Staged::in(tensors[0]) : Staged::out(tensors[0]);
-  return enqueue(c10d::OpType::BROADCAST, "broadcast", tensors, opts.timeout, [s, root](Comm& c) {
+  return enqueue(c10d::OpType::BROADCAST, "broadcast", tensors, opts, [s, root](Comm& c) {
     ringzip::broadcast(c, s.buf(), root);
     s.finish();
   });
@@ -99,7 +99,7 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::reduce(std::vector<at::Tensor>& t
   const int root = static_cast<int>(opts.rootRank);
   auto s = Staged::in(tensors[0]);
   const bool is_root = rank_ == root;
-  return enqueue(c10d::OpType::REDUCE, "reduce", tensors, opts.timeout, [s, red, root, is_root](Comm& c) {
+  return enqueue(c10d::OpType::REDUCE, "reduce", tensors, opts, [s, red, root, is_root](Comm& c) {
     // Pre-scaling must not touch a non-root's input, so it works on a copy there.
     at::Tensor w = (red.pre != 1.0 && !is_root) ? s.work.clone() : s.work;
     Buf b = buf_of(w);
@@ -124,7 +124,7 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::reduce_scatter(
   for (const auto& t : inputs[0]) parts.push_back(t.reshape({-1}).to(at::kCPU));
   auto flat = at::cat(parts);
   auto s = Staged::out(outputs[0]);
-  return enqueue(c10d::OpType::REDUCE_SCATTER, "reduce_scatter", outputs, opts.timeout,
+  return enqueue(c10d::OpType::REDUCE_SCATTER, "reduce_scatter", outputs, opts,
                  [flat, s, red](Comm& c) {
                    run_reduce_scatter(c, buf_of(flat), red, s.work);
                    s.finish();
@@ -144,7 +144,7 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::_reduce_scatter_base(
   // The reduction runs in place, so it works on a copy: the caller's input stays intact.
   auto flat = input.to(at::kCPU, false, /*copy=*/true).contiguous();
   auto s = Staged::out(output);
-  return enqueue(c10d::OpType::_REDUCE_SCATTER_BASE, "reduce_scatter_tensor", {output}, opts.timeout,
+  return enqueue(c10d::OpType::_REDUCE_SCATTER_BASE, "reduce_scatter_tensor", {output}, opts,
                  [flat, s, red](Comm& c) {
                    run_reduce_scatter(c, buf_of(flat), red, s.work);
                    s.finish();
@@ -171,7 +171,7 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::reduce_scatter_tensor_coalesced(
                                   size_, "reduce_scatter_tensor_coalesced")});
   }
   const auto n = static_cast<uint32_t>(items.size());
-  return enqueue(c10d::OpType::COALESCED, "reduce_scatter_tensor_coalesced", outputs, opts.timeout,
+  return enqueue(c10d::OpType::COALESCED, "reduce_scatter_tensor_coalesced", outputs, opts,
                  [items](Comm& c) {
                    for (const auto& it : items) {
                      run_reduce_scatter(c, buf_of(it.flat), it.red, it.out.work);
@@ -190,7 +190,7 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::allgather(std::vector<std::vector
   auto flat = at::empty({inputs[0].numel() * size_}, inputs[0].options().device(at::kCPU));
   auto in = Staged::in(inputs[0]);
   auto outs = outputs[0];
-  return enqueue(c10d::OpType::ALLGATHER, "allgather", outs, opts.timeout, [flat, in, outs](Comm& c) {
+  return enqueue(c10d::OpType::ALLGATHER, "allgather", outs, opts, [flat, in, outs](Comm& c) {
     const int64_t n = in.work.numel();
     flat.narrow(0, n * c.rank(), n).copy_(in.work.reshape({-1}));
     ring_allgather(c, buf_of(flat), even_parts(flat.numel(), c.size()));
@@ -208,7 +208,7 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::_allgather_base(at::Tensor& outpu
                  output.numel(), " elements, expected input size ", input.numel(), " x group size ", size_);
   auto in = input.to(at::kCPU, false, /*copy=*/true).contiguous();  // may alias the output
   auto out = Staged::out(output);
-  return enqueue(c10d::OpType::_ALLGATHER_BASE, "allgather_into_tensor", {output}, opts.timeout,
+  return enqueue(c10d::OpType::_ALLGATHER_BASE, "allgather_into_tensor", {output}, opts,
                  [in, out](Comm& c) {
                    auto flat = out.work.view({-1});
                    const int64_t n = in.numel();
@@ -232,7 +232,7 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::allgather_coalesced(
     for (auto& t : outputs[i]) all_out.push_back(t);
   }
   auto outs = outputs;
-  return enqueue(c10d::OpType::ALLGATHER_COALESCED, "allgather_coalesced", all_out, opts.timeout,
+  return enqueue(c10d::OpType::ALLGATHER_COALESCED, "allgather_coalesced", all_out, opts,
                  [ins, outs](Comm& c) {
                    for (size_t i = 0; i < ins.size(); ++i) {
                      const int64_t n = ins[i].numel();
@@ -260,7 +260,7 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::allgather_into_tensor_coalesced(
                    i, " has ", outputs[i].numel(), " elements, expected ", inputs[i].numel() * size_);
     items.emplace_back(inputs[i].to(at::kCPU, false, true).contiguous(), Staged::out(outputs[i]));
   }
-  return enqueue(c10d::OpType::COALESCED, "allgather_into_tensor_coalesced", outputs, opts.timeout,
+  return enqueue(c10d::OpType::COALESCED, "allgather_into_tensor_coalesced", outputs, opts,
                  [items](Comm& c) {
                    for (const auto& [in, out] : items) {
                      auto flat = out.work.view({-1});

@@ -26,7 +26,7 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::gather(std::vector<std::vector<at
   }
   auto in = Staged::in(inputs[0]);
   std::vector<at::Tensor> result = rank_ == root ? outputs[0] : std::vector<at::Tensor>{};
-  return enqueue(c10d::OpType::GATHER, "gather", result, opts.timeout, [in, outs, root](Comm& c) {
+  return enqueue(c10d::OpType::GATHER, "gather", result, opts, [in, outs, root](Comm& c) {
     std::vector<void*> ptrs;
     for (const auto& o : outs) ptrs.push_back(o.work.data_ptr());
     if (c.rank() == root) std::memcpy(ptrs[root], in.work.data_ptr(), in.work.nbytes());
@@ -55,7 +55,7 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::scatter(std::vector<at::Tensor>& 
                    "scatter: only the root (rank ", root, ") takes an input list");
   }
   auto out = Staged::out(outputs[0]);
-  return enqueue(c10d::OpType::SCATTER, "scatter", outputs, opts.timeout, [ins, out, root](Comm& c) {
+  return enqueue(c10d::OpType::SCATTER, "scatter", outputs, opts, [ins, out, root](Comm& c) {
     std::vector<const void*> ptrs;
     for (const auto& i : ins) ptrs.push_back(i.work.data_ptr());
     if (c.rank() == root) std::memcpy(out.work.data_ptr(), ptrs[root], out.work.nbytes());
@@ -112,7 +112,7 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::alltoall_base(at::Tensor& output,
                  " bytes but expects ", rb[rank_]);
   auto in = input.to(at::kCPU, false, /*copy=*/true).contiguous();
   auto out = Staged::out(output);
-  return enqueue(c10d::OpType::ALLTOALL_BASE, "alltoall_base", {output}, opts.timeout,
+  return enqueue(c10d::OpType::ALLTOALL_BASE, "alltoall_base", {output}, opts,
                  [in, out, sb, rb](Comm& c) {
                    auto so = offsets_of(sb), ro = offsets_of(rb);
                    std::vector<const void*> sp;
@@ -145,7 +145,7 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::alltoall(std::vector<at::Tensor>&
   }
   RZ_CHECK_VALUE(inputs[rank_].numel() == outputs[rank_].numel(), "alltoall: this rank's own input has ",
                  inputs[rank_].numel(), " elements but its output slot has ", outputs[rank_].numel());
-  return enqueue(c10d::OpType::ALLTOALL, "alltoall", outputs, opts.timeout, [ins, outs](Comm& c) {
+  return enqueue(c10d::OpType::ALLTOALL, "alltoall", outputs, opts, [ins, outs](Comm& c) {
     std::vector<const void*> sp;
     std::vector<void*> rp;
     std::vector<size_t> sb, rb;

@@ -9,29 +9,30 @@
 namespace ringzip {
 namespace {
 
+// Functors (not function pointers) so each loop inlines its op and vectorizes.
 template <typename T>
 struct Ops {
-  static T sum(T a, T b) { return a + b; }
-  static T prod(T a, T b) { return a * b; }
+  static constexpr auto sum = [](T a, T b) { return a + b; };
+  static constexpr auto prod = [](T a, T b) { return a * b; };
   // NaN must win so that non-finite inputs surface on every rank.
-  static T min(T a, T b) { return (a < b || a != a) ? a : b; }
-  static T max(T a, T b) { return (a > b || a != a) ? a : b; }
+  static constexpr auto min = [](T a, T b) { return (a < b || a != a) ? a : b; };
+  static constexpr auto max = [](T a, T b) { return (a > b || a != a) ? a : b; };
 };
 template <>
 struct Ops<bool> {  // bool follows gloo: sum/max are OR, prod/min are AND.
-  static bool sum(bool a, bool b) { return a || b; }
-  static bool prod(bool a, bool b) { return a && b; }
-  static bool min(bool a, bool b) { return a && b; }
-  static bool max(bool a, bool b) { return a || b; }
+  static constexpr auto sum = [](bool a, bool b) { return a || b; };
+  static constexpr auto prod = [](bool a, bool b) { return a && b; };
+  static constexpr auto min = [](bool a, bool b) { return a && b; };
+  static constexpr auto max = [](bool a, bool b) { return a || b; };
 };
 
 // Half types reduce through float, one rounding per step, as gloo does.
 template <typename H>
 struct HalfOps {
-  static H sum(H a, H b) { return H(float(a) + float(b)); }
-  static H prod(H a, H b) { return H(float(a) * float(b)); }
-  static H min(H a, H b) { float x = a, y = b; return (x < y || x != x) ? a : b; }
-  static H max(H a, H b) { float x = a, y = b; return (x > y || x != x) ? a : b; }
+  static constexpr auto sum = [](H a, H b) { return H(float(a) + float(b)); };
+  static constexpr auto prod = [](H a, H b) { return H(float(a) * float(b)); };
+  static constexpr auto min = [](H a, H b) { float x = a, y = b; return (x < y || x != x) ? a : b; };
+  static constexpr auto max = [](H a, H b) { float x = a, y = b; return (x > y || x != x) ? a : b; };
 };
 template <> struct Ops<c10::Half> : HalfOps<c10::Half> {};
 template <> struct Ops<c10::BFloat16> : HalfOps<c10::BFloat16> {};

@@ -1,0 +1,33 @@
+# Two commands do everything on a fresh machine:
+#   make bench   set up .venv, build and install ringzip, run the default microbenchmark
+#   make test    set up .venv, build and install ringzip, run the test suite
+PY ?= python3
+VENV ?= .venv
+TORCH ?= torch==2.14.1
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.ringzip-installed
+SOURCES := $(shell find csrc python tools CMakeLists.txt pyproject.toml cmake -type f -not -name '*.so' -not -path '*/__pycache__/*' 2>/dev/null)
+
+.PHONY: bench test install clean
+
+$(BIN)/python:
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q "$(TORCH)" numpy pytest scikit-build-core cmake ninja matplotlib
+
+# Builds the wheel against the torch in the venv (no build isolation: the extension must
+# match that torch exactly). CUDA sources compile when torch has CUDA and nvcc is found.
+$(STAMP): $(BIN)/python $(SOURCES)
+	. tools/cuda_env.sh && $(BIN)/pip install -q --no-build-isolation --no-deps .
+	touch $@
+
+install: $(STAMP)
+
+bench: $(STAMP)
+	$(BIN)/ringzip-bench
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q tests
+
+clean:
+	rm -rf build dist $(VENV)
