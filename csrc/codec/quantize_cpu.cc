@@ -13,6 +13,7 @@
 #include <immintrin.h>
 #endif
 
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // GCC 12 false positive in avx512fintrin.h
 #include "codec/codec_impl.h"
 #include "codec/quantize_math.h"
 
