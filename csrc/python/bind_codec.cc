@@ -1,6 +1,136 @@
-// Python entry points of the codec kernels (filled in with the codecs).
+// Python entry points of the codec kernels: ringzip._C.codec.{encode, decode, decode_accumulate,
+// decode_add_encode, encoded_bytes, k_for, biased, name}. Thin: checks tensors, converts them to
+// raw pointers, releases the GIL around the kernel. std::invalid_argument -> ValueError,
+// std::runtime_error -> RuntimeError (pybind11's standard translation).
+#include <ATen/ATen.h>
+#include <torch/csrc/utils/pybind.h>
+
+#include <stdexcept>
+#include <string>
+
+#include "codec/codec.h"
 #include "python/bindings.h"
 
+namespace py = pybind11;
+namespace cd = ringzip::codec;
+
 namespace ringzip {
-void bind_codec(pybind11::module_& m) {}
+namespace {
+
+[[noreturn]] void bad(const std::string& msg) { throw std::invalid_argument("ringzip.codec: " + msg); }
+
+void check_cpu_contig(const at::Tensor& t, const char* what) {
+  if (!t.defined()) bad(std::string(what) + " is None");
+  if (!t.device().is_cpu()) bad(std::string(what) + " must be a CPU tensor (CUDA kernels are not built yet)");
+  if (!t.is_contiguous()) bad(std::string(what) + " must be contiguous");
+}
+
+cd::InType in_type(const at::Tensor& x) {
+  switch (x.scalar_type()) {
+    case at::kFloat: return cd::InType::F32;
+    case at::kHalf: return cd::InType::F16;
+    case at::kBFloat16: return cd::InType::BF16;
+    default: bad(std::string("unsupported dtype ") + c10::toString(x.scalar_type()) + " (float32, float16, bfloat16)");
+  }
+}
+
+void check_f32(const at::Tensor& t, const char* what) {
+  check_cpu_contig(t, what);
+  if (t.scalar_type() != at::kFloat) bad(std::string(what) + " must be float32, got " + c10::toString(t.scalar_type()));
+}
+
+void check_payload(const at::Tensor& p) {
+  check_cpu_contig(p, "payload");
+  if (p.scalar_type() != at::kByte) bad(std::string("payload must be uint8, got ") + c10::toString(p.scalar_type()));
+}
+
+cd::RngKey key_of(uint64_t seed, uint32_t seq, uint32_t stream) { return cd::RngKey{seed, seq, stream}; }
+
+void check_offset(int64_t off) {
+  if (off < 0) bad("elem_offset must be >= 0");
+}
+
+at::Tensor encode(const std::string& spec, const at::Tensor& x, uint64_t seed, uint32_t seq, uint32_t stream,
+                  int64_t off, int64_t bucket, bool stochastic) {
+  cd::Spec sp = cd::parse(spec, bucket, stochastic);
+  check_cpu_contig(x, "x");
+  cd::InType t = in_type(x);
+  check_offset(off);
+  int64_t n = x.numel();
+  at::Tensor out = at::empty({(int64_t)cd::encoded_bytes(sp, n)}, at::kByte);
+  {
+    py::gil_scoped_release nogil;
+    cd::encode(sp, t, x.data_ptr(), n, off, key_of(seed, seq, stream), out.data_ptr<uint8_t>());
+  }
+  return out;
+}
+
+at::Tensor decode(const std::string& spec, const at::Tensor& payload, int64_t n, uint64_t seed, uint32_t seq,
+                  uint32_t stream, int64_t off, int64_t bucket) {
+  cd::Spec sp = cd::parse(spec, bucket, true);
+  check_payload(payload);
+  check_offset(off);
+  if (n < 0) bad("n must be >= 0");
+  at::Tensor out = at::empty({n}, at::kFloat);
+  {
+    py::gil_scoped_release nogil;
+    cd::decode(sp, payload.data_ptr<uint8_t>(), payload.numel(), n, off, key_of(seed, seq, stream),
+               out.data_ptr<float>());
+  }
+  return out;
+}
+
+void decode_accumulate(const std::string& spec, const at::Tensor& payload, at::Tensor& acc, uint64_t seed,
+                       uint32_t seq, uint32_t stream, int64_t off, int64_t bucket) {
+  cd::Spec sp = cd::parse(spec, bucket, true);
+  check_payload(payload);
+  check_f32(acc, "acc");
+  check_offset(off);
+  py::gil_scoped_release nogil;
+  cd::decode_accumulate(sp, payload.data_ptr<uint8_t>(), payload.numel(), acc.numel(), off,
+                        key_of(seed, seq, stream), acc.data_ptr<float>());
+}
+
+at::Tensor decode_add_encode(const std::string& spec, const at::Tensor& payload, const at::Tensor& local,
+                             uint64_t seed, uint32_t seq, uint32_t dec_stream, uint32_t enc_stream, int64_t off,
+                             int64_t bucket, bool stochastic) {
+  cd::Spec sp = cd::parse(spec, bucket, stochastic);
+  check_payload(payload);
+  check_f32(local, "local");
+  check_offset(off);
+  int64_t n = local.numel();
+  at::Tensor out = at::empty({(int64_t)cd::encoded_bytes(sp, n)}, at::kByte);
+  {
+    py::gil_scoped_release nogil;
+    cd::decode_add_encode(sp, payload.data_ptr<uint8_t>(), payload.numel(), local.data_ptr<float>(), n, off,
+                          key_of(seed, seq, dec_stream), key_of(seed, seq, enc_stream), out.data_ptr<uint8_t>());
+  }
+  return out;
+}
+
+}  // namespace
+
+void bind_codec(py::module_& m) {
+  py::module_ c = m.def_submodule("codec", "ringzip codec kernels (CPU); see docs/wire-format.md");
+  using namespace py::literals;
+  c.def("encode", &encode, "spec"_a, "x"_a, "seed"_a, "seq"_a, "stream"_a, "elem_offset"_a = 0,
+        "bucket"_a = 512, "stochastic"_a = true, "Encode x (float32/float16/bfloat16, contiguous) -> uint8 payload.");
+  c.def("decode", &decode, "spec"_a, "payload"_a, "n"_a, "seed"_a, "seq"_a, "stream"_a, "elem_offset"_a = 0,
+        "bucket"_a = 512, "Decode a payload of n elements -> float32 tensor.");
+  c.def("decode_accumulate", &decode_accumulate, "spec"_a, "payload"_a, "acc"_a, "seed"_a, "seq"_a, "stream"_a,
+        "elem_offset"_a = 0, "bucket"_a = 512, "acc += decode(payload), acc float32 contiguous (in place).");
+  c.def("decode_add_encode", &decode_add_encode, "spec"_a, "payload"_a, "local"_a, "seed"_a, "seq"_a,
+        "dec_stream"_a, "enc_stream"_a, "elem_offset"_a = 0, "bucket"_a = 512, "stochastic"_a = true,
+        "encode(decode(payload) + local), keys (seed, seq, dec_stream) and (seed, seq, enc_stream).");
+  c.def("encoded_bytes", [](const std::string& spec, int64_t n, int64_t bucket) {
+          if (n < 0) bad("n must be >= 0");
+          return cd::encoded_bytes(cd::parse(spec, bucket, true), n);
+        }, "spec"_a, "n"_a, "bucket"_a = 512);
+  c.def("k_for", [](const std::string& spec, int64_t n) { return cd::k_for(cd::parse(spec, 512, true), n); },
+        "spec"_a, "n"_a);
+  c.def("biased", [](const std::string& spec, bool stochastic) { return cd::biased(cd::parse(spec, 512, stochastic)); },
+        "spec"_a, "stochastic"_a = true);
+  c.def("name", [](const std::string& spec) { return cd::name(cd::parse(spec, 512, true)); }, "spec"_a);
+}
+
 }  // namespace ringzip

@@ -1,0 +1,52 @@
+// The codec interface the collectives call: torch-free, raw pointers, one call per chunk.
+//
+// A chunk is n consecutive elements of a larger tensor; elem_offset is the index of its first
+// element in that tensor, so RNG counters (and random-k index draws) depend on the element's
+// global position and any chunking of a tensor gives the same bits. Buckets (q-codecs) are
+// counted from the chunk's first element. The byte layout of every codec is in
+// docs/wire-format.md; encoded_bytes() is exact (no padding beyond what it reports).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "codec/philox.h"
+
+namespace ringzip::codec {
+
+enum class Kind { None, Fp16, Bf16, Q8, Q4, Q2, Q1, TopK, RandomK };
+// Element type of the caller's buffer; F16/BF16 are passed as uint16 bit patterns.
+enum class InType { F32, F16, BF16 };
+
+struct Spec {
+  Kind kind = Kind::None;
+  int bits = 32;          // bits per element on the wire (q-codecs: 8/4/2/1; casts: 16)
+  double ratio = 1.0;     // topk/randomk: fraction of elements kept
+  int64_t bucket = 512;   // q-codecs: elements per scale
+  bool stochastic = true; // q8/q4/q2: stochastic (unbiased) vs round-to-nearest
+};
+
+// "none","fp16","bf16","q8","q4","q2","q1","topk:R","randomk:R" (0 < R <= 1).
+// Throws std::invalid_argument with a message naming the bad part.
+Spec parse(const std::string& s, int64_t bucket = 512, bool stochastic = true);
+std::string name(const Spec& spec);
+bool biased(const Spec& spec);
+// Sparse codecs: elements kept out of n: max(1, ceil(ratio * n)) for n > 0, 0 for n == 0.
+int64_t k_for(const Spec& spec, int64_t n);
+// Exact payload size for n elements, header included.
+size_t encoded_bytes(const Spec& spec, int64_t n);
+
+void encode(const Spec& spec, InType t, const void* x, int64_t n, int64_t elem_offset,
+            const RngKey& key, uint8_t* out);
+// out = decode(in). Throws std::runtime_error if in_bytes or a header field is inconsistent.
+void decode(const Spec& spec, const uint8_t* in, size_t in_bytes, int64_t n, int64_t elem_offset,
+            const RngKey& key, float* out);
+// acc += decode(in).
+void decode_accumulate(const Spec& spec, const uint8_t* in, size_t in_bytes, int64_t n,
+                       int64_t elem_offset, const RngKey& key, float* acc);
+// Fused reduce-scatter hop: out = encode(decode(in) + local).
+void decode_add_encode(const Spec& spec, const uint8_t* in, size_t in_bytes, const float* local,
+                       int64_t n, int64_t elem_offset, const RngKey& dec_key,
+                       const RngKey& enc_key, uint8_t* out);
+
+}  // namespace ringzip::codec

@@ -1,0 +1,367 @@
+// q8 / q4 / q2 / q1 codecs on the CPU. Layout (docs/wire-format.md): nb float32 scales, then the
+// codes of all elements packed LSB-first (element i at bit i*b of the code area). bucket is a
+// multiple of 8, so every bucket's codes start on a byte boundary.
+//
+// Each bucket is handled in one pass over cache-resident scratch: load (and widen) -> scale ->
+// Philox words -> codes -> pack. The loops are written so GCC vectorizes them at -O3 with the
+// baseline x86-64 ISA; hot functions are also cloned for AVX2 / AVX-512 (runtime dispatch).
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // GCC 12 false positive in avx512fintrin.h
+#include "codec/codec_impl.h"
+#include "codec/quantize_math.h"
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(RINGZIP_NO_CLONES)
+#define RZ_CLONES __attribute__((target_clones("default", "avx2", "arch=x86-64-v4")))
+#else
+#define RZ_CLONES
+#endif
+
+namespace ringzip::codec::detail {
+namespace {
+
+struct QParams {
+  int bits;
+  int s;  // levels each side (q1: unused)
+  int64_t bucket;
+  bool stochastic;
+};
+
+QParams qparams(const Spec& sp) { return {sp.bits, sp.bits > 1 ? quant_levels(sp.bits) : 1, sp.bucket, sp.stochastic}; }
+
+struct Scratch {
+  std::vector<float> x;      // widened / summed bucket input
+  std::vector<uint32_t> w;   // Philox words
+  std::vector<uint8_t> c;    // unpacked codes
+  explicit Scratch(int64_t bucket) : x(bucket + 8), w(bucket + 8), c(bucket + 8) {}
+};
+
+// Philox words of global elements [g0, g0 + L): word of g0 + j is at w[j + (g0 & 3)].
+}  // namespace
+
+namespace {
+
+void philox_fill_scalar(uint64_t q0, int64_t nq, const RngKey& key, uint32_t* w) {
+  const uint32_t k0 = (uint32_t)key.seed, k1 = (uint32_t)(key.seed >> 32);
+  for (int64_t q = 0; q < nq; ++q) {
+    uint64_t qq = q0 + q;
+    U32x4 r = philox4x32_10((uint32_t)qq, (uint32_t)(qq >> 32), key.seq, key.stream, k0, k1);
+    for (int i = 0; i < 4; ++i) w[4 * q + i] = r.v[i];
+  }
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+// Eight Philox blocks per iteration in AVX2 lanes; the same arithmetic as philox4x32_10.
+__attribute__((target("avx2"))) void philox_fill_avx2(uint64_t q0, int64_t nq, const RngKey& key, uint32_t* w) {
+  const __m256i m0 = _mm256_set1_epi32((int)kPhiloxM0), m1 = _mm256_set1_epi32((int)kPhiloxM1);
+  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  int64_t q = 0;
+  for (; q + 8 <= nq; q += 8) {
+    uint64_t base = q0 + q;
+    // Low words of base + lane; the high word may differ across lanes only at a 2^32 wrap.
+    if ((uint32_t)base > 0xfffffff7u) break;
+    __m256i c0 = _mm256_add_epi32(_mm256_set1_epi32((int)(uint32_t)base), lane);
+    __m256i c1 = _mm256_set1_epi32((int)(uint32_t)(base >> 32));
+    __m256i c2 = _mm256_set1_epi32((int)key.seq), c3 = _mm256_set1_epi32((int)key.stream);
+    uint32_t k0 = (uint32_t)key.seed, k1 = (uint32_t)(key.seed >> 32);
+    for (int r = 0; r < 10; ++r) {
+      __m256i e0 = _mm256_mul_epu32(c0, m0), o0 = _mm256_mul_epu32(_mm256_srli_epi64(c0, 32), m0);
+      __m256i e1 = _mm256_mul_epu32(c2, m1), o1 = _mm256_mul_epu32(_mm256_srli_epi64(c2, 32), m1);
+      __m256i hi0 = _mm256_blend_epi32(_mm256_srli_epi64(e0, 32), o0, 0xAA);
+      __m256i lo0 = _mm256_blend_epi32(e0, _mm256_slli_epi64(o0, 32), 0xAA);
+      __m256i hi1 = _mm256_blend_epi32(_mm256_srli_epi64(e1, 32), o1, 0xAA);
+      __m256i lo1 = _mm256_blend_epi32(e1, _mm256_slli_epi64(o1, 32), 0xAA);
+      c0 = _mm256_xor_si256(_mm256_xor_si256(hi1, c1), _mm256_set1_epi32((int)k0));
+      c1 = lo1;
+      c2 = _mm256_xor_si256(_mm256_xor_si256(hi0, c3), _mm256_set1_epi32((int)k1));
+      c3 = lo0;
+      k0 += kPhiloxW0;
+      k1 += kPhiloxW1;
+    }
+    // Transpose 4 x 8 words into block order: w[4 * block + word].
+    __m256i t0 = _mm256_unpacklo_epi32(c0, c1), t1 = _mm256_unpackhi_epi32(c0, c1);
+    __m256i t2 = _mm256_unpacklo_epi32(c2, c3), t3 = _mm256_unpackhi_epi32(c2, c3);
+    __m256i u0 = _mm256_unpacklo_epi64(t0, t2), u1 = _mm256_unpackhi_epi64(t0, t2);
+    __m256i u2 = _mm256_unpacklo_epi64(t1, t3), u3 = _mm256_unpackhi_epi64(t1, t3);
+    uint32_t* o = w + 4 * q;
+    _mm256_storeu_si256((__m256i*)(o + 0), _mm256_permute2x128_si256(u0, u1, 0x20));
+    _mm256_storeu_si256((__m256i*)(o + 8), _mm256_permute2x128_si256(u2, u3, 0x20));
+    _mm256_storeu_si256((__m256i*)(o + 16), _mm256_permute2x128_si256(u0, u1, 0x31));
+    _mm256_storeu_si256((__m256i*)(o + 24), _mm256_permute2x128_si256(u2, u3, 0x31));
+  }
+  philox_fill_scalar(q0 + q, nq - q, key, w + 4 * q);
+}
+
+// Sixteen blocks per iteration in AVX-512 lanes.
+__attribute__((target("avx512f"))) void philox_fill_avx512(uint64_t q0, int64_t nq, const RngKey& key, uint32_t* w) {
+  const __m512i m0 = _mm512_set1_epi32((int)kPhiloxM0), m1 = _mm512_set1_epi32((int)kPhiloxM1);
+  const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  const __mmask16 odd = 0xAAAA;
+  int64_t q = 0;
+  for (; q + 16 <= nq; q += 16) {
+    uint64_t base = q0 + q;
+    if ((uint32_t)base > 0xffffffefu) break;
+    __m512i c0 = _mm512_add_epi32(_mm512_set1_epi32((int)(uint32_t)base), lane);
+    __m512i c1 = _mm512_set1_epi32((int)(uint32_t)(base >> 32));
+    __m512i c2 = _mm512_set1_epi32((int)key.seq), c3 = _mm512_set1_epi32((int)key.stream);
+    uint32_t k0 = (uint32_t)key.seed, k1 = (uint32_t)(key.seed >> 32);
+    for (int r = 0; r < 10; ++r) {
+      __m512i e0 = _mm512_mul_epu32(c0, m0), o0 = _mm512_mul_epu32(_mm512_srli_epi64(c0, 32), m0);
+      __m512i e1 = _mm512_mul_epu32(c2, m1), o1 = _mm512_mul_epu32(_mm512_srli_epi64(c2, 32), m1);
+      __m512i hi0 = _mm512_mask_blend_epi32(odd, _mm512_srli_epi64(e0, 32), o0);
+      __m512i lo0 = _mm512_mask_blend_epi32(odd, e0, _mm512_slli_epi64(o0, 32));
+      __m512i hi1 = _mm512_mask_blend_epi32(odd, _mm512_srli_epi64(e1, 32), o1);
+      __m512i lo1 = _mm512_mask_blend_epi32(odd, e1, _mm512_slli_epi64(o1, 32));
+      c0 = _mm512_xor_si512(_mm512_xor_si512(hi1, c1), _mm512_set1_epi32((int)k0));
+      c1 = lo1;
+      c2 = _mm512_xor_si512(_mm512_xor_si512(hi0, c3), _mm512_set1_epi32((int)k1));
+      c3 = lo0;
+      k0 += kPhiloxW0;
+      k1 += kPhiloxW1;
+    }
+    __m512i t0 = _mm512_unpacklo_epi32(c0, c1), t1 = _mm512_unpackhi_epi32(c0, c1);
+    __m512i t2 = _mm512_unpacklo_epi32(c2, c3), t3 = _mm512_unpackhi_epi32(c2, c3);
+    __m512i u0 = _mm512_unpacklo_epi64(t0, t2), u1 = _mm512_unpackhi_epi64(t0, t2);
+    __m512i u2 = _mm512_unpacklo_epi64(t1, t3), u3 = _mm512_unpackhi_epi64(t1, t3);
+    // u_r's 128-bit lane L holds block 4L + r; gather lanes into block order.
+    __m512i v0 = _mm512_shuffle_i32x4(u0, u1, 0x44), v1 = _mm512_shuffle_i32x4(u0, u1, 0xEE);
+    __m512i v2 = _mm512_shuffle_i32x4(u2, u3, 0x44), v3 = _mm512_shuffle_i32x4(u2, u3, 0xEE);
+    uint32_t* o = w + 4 * q;
+    _mm512_storeu_si512(o + 0, _mm512_shuffle_i32x4(v0, v2, 0x88));
+    _mm512_storeu_si512(o + 16, _mm512_shuffle_i32x4(v0, v2, 0xDD));
+    _mm512_storeu_si512(o + 32, _mm512_shuffle_i32x4(v1, v3, 0x88));
+    _mm512_storeu_si512(o + 48, _mm512_shuffle_i32x4(v1, v3, 0xDD));
+  }
+  philox_fill_scalar(q0 + q, nq - q, key, w + 4 * q);
+}
+#endif
+
+}  // namespace
+
+void philox_fill(const RngKey& key, uint64_t g0, int64_t L, uint32_t* w) {
+  uint64_t q0 = g0 >> 2;
+  int64_t nq = (int64_t)(((g0 + L + 3) >> 2) - q0);
+#if defined(__x86_64__) && defined(__GNUC__)
+  static const int isa = __builtin_cpu_supports("avx512f") ? 2 : __builtin_cpu_supports("avx2") ? 1 : 0;
+  if (isa == 2) return philox_fill_avx512(q0, nq, key, w);
+  if (isa == 1) return philox_fill_avx2(q0, nq, key, w);
+#endif
+  philox_fill_scalar(q0, nq, key, w);
+}
+
+RZ_CLONES uint32_t amax_bits(const float* x, int64_t L) {
+  uint32_t m = 0;
+  for (int64_t j = 0; j < L; ++j) {
+    uint32_t a = abs_bits(x[j]);
+    m = a > m ? a : m;
+  }
+  return m;
+}
+
+namespace {
+
+RZ_CLONES void codes_stoch(const float* x, const uint32_t* w, int64_t L, float inv, int s, uint8_t* c) {
+  for (int64_t j = 0; j < L; ++j) c[j] = (uint8_t)quant_code_stoch(x[j], inv, uniform_from_word(w[j]), s);
+}
+RZ_CLONES void codes_nearest(const float* x, int64_t L, float inv, int s, uint8_t* c) {
+  for (int64_t j = 0; j < L; ++j) c[j] = (uint8_t)quant_code_nearest(x[j], inv, s);
+}
+
+// q1 bucket sum of |x| in the documented 8-lane order.
+RZ_CLONES float q1_sum(const float* x, int64_t L) {
+  float lane[kSumLanes] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t full = L / kSumLanes;
+  for (int64_t t = 0; t < full; ++t)
+    for (int l = 0; l < kSumLanes; ++l) lane[l] = rz_add(lane[l], std::fabs(x[t * kSumLanes + l]));
+  for (int64_t j = full * kSumLanes; j < L; ++j) lane[j - full * kSumLanes] = rz_add(lane[j - full * kSumLanes], std::fabs(x[j]));
+  return q1_combine(lane);
+}
+RZ_CLONES void q1_bits(const float* x, int64_t L, uint8_t* c) {
+  for (int64_t j = 0; j < L; ++j) c[j] = x[j] >= 0.0f ? 1 : 0;
+}
+
+// Packs L codes (c padded with zeros to a multiple of 8) of `bits` bits into ceil(L*bits/8) bytes.
+template <int B>
+void pack_t(const uint8_t* c, int64_t L, uint8_t* out) {
+  constexpr int per = 8 / B;
+  int64_t nbytes = (L * B + 7) / 8;
+  for (int64_t j = 0; j < nbytes; ++j) {
+    uint32_t v = 0;
+    for (int k = 0; k < per; ++k) v |= (uint32_t)c[j * per + k] << (k * B);
+    out[j] = (uint8_t)v;
+  }
+}
+RZ_CLONES void pack(int bits, const uint8_t* c, int64_t L, uint8_t* out) {
+  switch (bits) {
+    case 8: std::memcpy(out, c, L); return;
+    case 4: return pack_t<4>(c, L, out);
+    case 2: return pack_t<2>(c, L, out);
+    default: return pack_t<1>(c, L, out);
+  }
+}
+// Unpacks L codes; returns the largest code seen (for validation).
+template <int B>
+uint32_t unpack_t(const uint8_t* in, int64_t L, uint8_t* c) {
+  constexpr int per = 8 / B;
+  constexpr uint32_t mask = (1u << B) - 1;
+  int64_t nbytes = (L * B + 7) / 8;
+  uint32_t mx = 0;
+  for (int64_t j = 0; j < nbytes; ++j)
+    for (int k = 0; k < per; ++k) {
+      uint32_t v = ((uint32_t)in[j] >> (k * B)) & mask;
+      c[j * per + k] = (uint8_t)v;
+      mx = v > mx ? v : mx;
+    }
+  return mx;
+}
+RZ_CLONES uint32_t unpack(int bits, const uint8_t* in, int64_t L, uint8_t* c) {
+  switch (bits) {
+    case 8: {
+      uint32_t mx = 0;
+      for (int64_t j = 0; j < L; ++j) {
+        c[j] = in[j];
+        mx = in[j] > mx ? in[j] : mx;
+      }
+      return mx;
+    }
+    case 4: return unpack_t<4>(in, L, c);
+    case 2: return unpack_t<2>(in, L, c);
+    default: return unpack_t<1>(in, L, c);
+  }
+}
+
+RZ_CLONES void values_store(const uint8_t* c, int64_t L, float step, int s, float* out) {
+  for (int64_t j = 0; j < L; ++j) out[j] = quant_value(c[j], step, s);
+}
+RZ_CLONES void values_acc(const uint8_t* c, int64_t L, float step, int s, float* out) {
+  for (int64_t j = 0; j < L; ++j) out[j] = rz_add(out[j], quant_value(c[j], step, s));
+}
+RZ_CLONES void values_add(const uint8_t* c, int64_t L, float step, int s, const float* local, float* out) {
+  for (int64_t j = 0; j < L; ++j) out[j] = rz_add(quant_value(c[j], step, s), local[j]);
+}
+RZ_CLONES void q1_store(const uint8_t* c, int64_t L, float scale, float* out) {
+  for (int64_t j = 0; j < L; ++j) out[j] = q1_value(c[j], scale);
+}
+RZ_CLONES void q1_acc(const uint8_t* c, int64_t L, float scale, float* out) {
+  for (int64_t j = 0; j < L; ++j) out[j] = rz_add(out[j], q1_value(c[j], scale));
+}
+RZ_CLONES void q1_add(const uint8_t* c, int64_t L, float scale, const float* local, float* out) {
+  for (int64_t j = 0; j < L; ++j) out[j] = rz_add(q1_value(c[j], scale), local[j]);
+}
+
+// Encodes one bucket of float32 x (L elements, first global index g0).
+void encode_bucket(const QParams& p, const float* x, int64_t L, uint64_t g0, const RngKey& key,
+                   Scratch& sc, uint8_t* scale_out, uint8_t* code_out) {
+  uint8_t* c = sc.c.data();
+  std::memset(c + L, 0, 8);  // zero padding for the packer
+  uint32_t am = amax_bits(x, L);
+  float scale;
+  if (!abs_bits_finite(am)) {
+    scale = u2f(kQuantNaN);
+    std::memset(c, 0, L);
+  } else if (p.bits == 1) {
+    scale = rz_div(q1_sum(x, L), (float)L);
+    q1_bits(x, L, c);
+  } else {
+    scale = u2f(am);
+    float inv = quant_inv(scale, p.s);
+    if (p.stochastic) {
+      philox_fill(key, g0, L, sc.w.data());
+      codes_stoch(x, sc.w.data() + (g0 & 3), L, inv, p.s, c);
+    } else {
+      codes_nearest(x, L, inv, p.s, c);
+    }
+  }
+  std::memcpy(scale_out, &scale, 4);
+  pack(p.bits, c, L, code_out);
+}
+
+float read_scale(const uint8_t* p, int64_t b) {
+  float scale;
+  std::memcpy(&scale, p, 4);
+  uint32_t u = f2u(scale);
+  // A valid encoder writes a finite non-negative scale or the canonical NaN.
+  if (u != kQuantNaN && (u >> 31 || !abs_bits_finite(u)))
+    fail("corrupt q-codec payload: bucket " + std::to_string(b) + " has scale " + std::to_string(scale));
+  return scale;
+}
+
+// Unpacks and validates the codes of bucket b.
+void read_codes(const QParams& p, const uint8_t* code_in, int64_t L, int64_t b, uint8_t* c) {
+  uint32_t mx = unpack(p.bits, code_in, L, c);
+  if (p.bits > 1 && mx > (uint32_t)(2 * p.s))
+    fail("corrupt q" + std::to_string(p.bits) + " payload: code " + std::to_string(mx) +
+         " out of range in bucket " + std::to_string(b));
+}
+
+}  // namespace
+
+void quant_encode(const Spec& sp, InType t, const void* x, int64_t n, int64_t off, const RngKey& key,
+                  uint8_t* out) {
+  QParams p = qparams(sp);
+  int64_t B = p.bucket < n ? p.bucket : n;
+  Scratch sc(B);
+  int64_t nb = (n + p.bucket - 1) / p.bucket;
+  uint8_t* codes = out + 4 * nb;
+  for (int64_t b = 0; b < nb; ++b) {
+    int64_t begin = b * p.bucket, L = n - begin < p.bucket ? n - begin : p.bucket;
+    const float* xb;
+    if (t == InType::F32) {
+      xb = static_cast<const float*>(x) + begin;
+    } else {
+      load_f32(t, x, begin, L, sc.x.data());
+      xb = sc.x.data();
+    }
+    encode_bucket(p, xb, L, (uint64_t)(off + begin), key, sc, out + 4 * b, codes + begin * p.bits / 8);
+  }
+}
+
+void quant_decode(const Spec& sp, const uint8_t* in, int64_t n, float* out, bool acc) {
+  QParams p = qparams(sp);
+  int64_t B = p.bucket < n ? p.bucket : n;
+  Scratch sc(B);
+  uint8_t* c = sc.c.data();
+  int64_t nb = (n + p.bucket - 1) / p.bucket;
+  const uint8_t* codes = in + 4 * nb;
+  for (int64_t b = 0; b < nb; ++b) {
+    int64_t begin = b * p.bucket, L = n - begin < p.bucket ? n - begin : p.bucket;
+    float scale = read_scale(in + 4 * b, b);
+    read_codes(p, codes + begin * p.bits / 8, L, b, c);
+    if (p.bits == 1) {
+      acc ? q1_acc(c, L, scale, out + begin) : q1_store(c, L, scale, out + begin);
+    } else {
+      float step = quant_step(scale, p.s);
+      acc ? values_acc(c, L, step, p.s, out + begin) : values_store(c, L, step, p.s, out + begin);
+    }
+  }
+}
+
+void quant_decode_add_encode(const Spec& sp, const uint8_t* in, const float* local, int64_t n,
+                             int64_t off, const RngKey& enc_key, uint8_t* out) {
+  QParams p = qparams(sp);
+  int64_t B = p.bucket < n ? p.bucket : n;
+  Scratch sc(B);
+  std::vector<uint8_t> cin(B + 8);
+  int64_t nb = (n + p.bucket - 1) / p.bucket;
+  const uint8_t* codes_in = in + 4 * nb;
+  uint8_t* codes_out = out + 4 * nb;
+  for (int64_t b = 0; b < nb; ++b) {
+    int64_t begin = b * p.bucket, L = n - begin < p.bucket ? n - begin : p.bucket;
+    float scale = read_scale(in + 4 * b, b);
+    read_codes(p, codes_in + begin * p.bits / 8, L, b, cin.data());
+    float* sum = sc.x.data();
+    if (p.bits == 1)
+      q1_add(cin.data(), L, scale, local + begin, sum);
+    else
+      values_add(cin.data(), L, quant_step(scale, p.s), p.s, local + begin, sum);
+    encode_bucket(p, sum, L, (uint64_t)(off + begin), enc_key, sc, out + 4 * b, codes_out + begin * p.bits / 8);
+  }
+}
+
+}  // namespace ringzip::codec::detail
