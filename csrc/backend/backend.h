@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "backend/work.h"
+#include "backend/compression.h"
 #include "collective/algorithms.h"
 
 namespace ringzip {
@@ -84,6 +85,10 @@ class RingzipBackend final : public c10d::Backend {
 
   const Config& config() const { return cfg_; }
   void set_algorithm(AllreduceAlgo a) { cfg_.algorithm = a; }
+  // Compression settings apply to collectives issued after the call (set_options).
+  void set_compression(CompressionConfig cc);
+  CompressionConfig compression() const;
+  Compression& compression_state() { return comp_; }
 
  private:
   using Body = std::function<void(Comm&)>;
@@ -106,8 +111,23 @@ class RingzipBackend final : public c10d::Backend {
   void run_worker();
   std::chrono::milliseconds effective(std::chrono::milliseconds t) const;
 
+  // Compressed variants of allreduce / reduce-scatter (compressed_ops.cc); nullptr when the
+  // policy keeps the call exact.
+  c10::intrusive_ptr<c10d::Work> maybe_compressed_allreduce(const at::Tensor& t,
+                                                            const c10d::AllreduceOptions& opts,
+                                                            const char* name,
+                                                            std::vector<at::Tensor> outputs,
+                                                            std::function<void()> after = nullptr);
+  c10::intrusive_ptr<c10d::Work> maybe_compressed_reduce_scatter(const at::Tensor& out,
+                                                                 const at::Tensor& flat_in,
+                                                                 const c10d::ReduceScatterOptions& opts,
+                                                                 const char* name, const void* identity);
+
   std::unique_ptr<Transport> net_;
   Config cfg_;
+  mutable std::mutex cfg_mu_;
+  CompressionConfig comp_cfg_;
+  Compression comp_;
   std::atomic<uint64_t> seq_{0};
 
   std::mutex mu_;

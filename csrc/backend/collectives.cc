@@ -42,6 +42,7 @@ void check_list(const std::vector<at::Tensor>& list, const at::Tensor& like, siz
 c10::intrusive_ptr<c10d::Work> RingzipBackend::allreduce(std::vector<at::Tensor>& tensors,
                                                          const c10d::AllreduceOptions& opts) {
   check_single(tensors, "allreduce");
+  if (auto w = maybe_compressed_allreduce(tensors[0], opts, "allreduce", tensors)) return w;
   auto red = to_reduction(opts.reduceOp, to_dtype(tensors[0].scalar_type(), "allreduce"), size_, "allreduce");
   auto s = Staged::in(tensors[0]);
   auto algo = cfg_.algorithm;
@@ -66,15 +67,22 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::allreduce_coalesced(
   std::vector<at::Tensor> flat_in;
   for (const auto& t : tensors) flat_in.push_back(t.reshape({-1}).to(at::kCPU));
   auto flat = at::cat(flat_in);
+  c10d::AllreduceOptions as_one;
+  as_one.reduceOp = opts.reduceOp;
+  as_one.timeout = opts.timeout;
+  auto copy_back = [tensors, flat] {
+    int64_t off = 0;
+    for (const auto& t : tensors) {
+      t.copy_(flat.narrow(0, off, t.numel()).view(t.sizes()));
+      off += t.numel();
+    }
+  };
+  if (auto w = maybe_compressed_allreduce(flat, as_one, "allreduce_coalesced", tensors, copy_back)) return w;
   auto algo = cfg_.algorithm;
   return enqueue(c10d::OpType::ALLREDUCE_COALESCED, "allreduce_coalesced", tensors, opts,
-                 [tensors, flat, red, algo](Comm& c) {
+                 [flat, red, algo, copy_back](Comm& c) {
                    run_allreduce(c, buf_of(flat), red, algo);
-                   int64_t off = 0;
-                   for (const auto& t : tensors) {
-                     t.copy_(flat.narrow(0, off, t.numel()).view(t.sizes()));
-                     off += t.numel();
-                   }
+                   copy_back();
                  });
 }
 
@@ -123,6 +131,8 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::reduce_scatter(
   std::vector<at::Tensor> parts;
   for (const auto& t : inputs[0]) parts.push_back(t.reshape({-1}).to(at::kCPU));
   auto flat = at::cat(parts);
+  if (auto w = maybe_compressed_reduce_scatter(outputs[0], flat, opts, "reduce_scatter", inputs[0][0].data_ptr()))
+    return w;
   auto s = Staged::out(outputs[0]);
   return enqueue(c10d::OpType::REDUCE_SCATTER, "reduce_scatter", outputs, opts,
                  [flat, s, red](Comm& c) {
@@ -141,6 +151,8 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::_reduce_scatter_base(
                  input.numel(), " elements, expected output size ", output.numel(), " x group size ", size_);
   auto red = to_reduction(opts.reduceOp, to_dtype(output.scalar_type(), "reduce_scatter_tensor"), size_,
                           "reduce_scatter_tensor");
+  if (auto w = maybe_compressed_reduce_scatter(output, input, opts, "reduce_scatter_tensor", input.data_ptr()))
+    return w;
   // The reduction runs in place, so it works on a copy: the caller's input stays intact.
   auto flat = input.to(at::kCPU, false, /*copy=*/true).contiguous();
   auto s = Staged::out(output);

@@ -16,12 +16,15 @@ struct Comm {
   uint32_t seq;
   std::chrono::steady_clock::time_point deadline;
   std::string op;  // e.g. "allreduce"; names the call in error messages
+  size_t bytes_sent = 0;   // this rank's payload bytes posted to the transport
+  double codec_seconds = 0;  // time inside codec kernels (compressed algorithms)
 
   int rank() const { return net.rank(); }
   int size() const { return net.size(); }
   // Collective tags live above 2^30 so they never meet user point-to-point tags.
   uint32_t tag(uint32_t step) const { return (1u << 30) | ((seq & 0x3FFFu) << 16) | (step & 0xFFFFu); }
   std::unique_ptr<Request> isend(const void* p, size_t bytes, int peer, uint32_t step) {
+    bytes_sent += bytes;
     return net.isend(p, bytes, peer, tag(step));
   }
   std::unique_ptr<Request> irecv(void* p, size_t bytes, int peer, uint32_t step) {

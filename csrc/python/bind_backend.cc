@@ -56,6 +56,48 @@ void bind_backend(py::module_& m) {
            py::arg("gloo"), py::arg("timeout"), py::arg("algorithm") = "auto", py::arg("group_name") = "",
            py::call_guard<py::gil_scoped_release>())
       .def("set_algorithm", [](RingzipBackend& b, const std::string& a) { b.set_algorithm(parse_algorithm(a)); })
+      .def("set_compression",
+           [](RingzipBackend& b, const std::string& codec, int64_t bucket_size, bool stochastic,
+              int64_t min_numel, std::optional<bool> error_feedback, uint64_t seed, const std::string& algorithm) {
+             CompressionConfig cc;
+             cc.codec = codec;
+             cc.bucket_size = bucket_size;
+             cc.stochastic = stochastic;
+             cc.min_numel = min_numel;
+             cc.error_feedback = error_feedback;
+             cc.seed = seed;
+             try {
+               cc.algorithm = parse_compressed_algo(algorithm);
+               b.set_compression(cc);
+             } catch (const std::invalid_argument& e) {
+               throw py::value_error(std::string("ringzip: ") + e.what());
+             }
+           },
+           py::arg("codec"), py::arg("bucket_size"), py::arg("stochastic"), py::arg("min_numel"),
+           py::arg("error_feedback"), py::arg("seed"), py::arg("algorithm"))
+      .def("compression_feedback", [](const RingzipBackend& b) { return b.compression().feedback(); })
+      .def("stats",
+           [](RingzipBackend& b) {
+             py::dict out;
+             for (const auto& [name, s] : b.compression_state().stats()) {
+               py::dict d;
+               d["calls"] = s.calls;
+               d["bytes_in"] = s.bytes_in;
+               d["bytes_wire"] = s.bytes_sent;
+               d["bytes_dense_equiv"] = s.bytes_dense_equiv;
+               d["codec_seconds"] = s.codec_seconds;
+               d["total_seconds"] = s.total_seconds;
+               out[py::str(name)] = d;
+             }
+             return out;
+           })
+      .def("reset_stats", [](RingzipBackend& b) { b.compression_state().reset_stats(); })
+      .def("residual_bytes", [](RingzipBackend& b) { return b.compression_state().residual_bytes(); })
+      .def("error_feedback_state", [](RingzipBackend& b) { return b.compression_state().state(); })
+      .def("load_error_feedback_state",
+           [](RingzipBackend& b, const std::vector<std::tuple<int64_t, at::Tensor>>& st) {
+             b.compression_state().load_state(st);
+           })
       .def_property_readonly("timeout", [](const RingzipBackend& b) { return b.config().timeout; })
       .def_property_readonly("transport", [](const RingzipBackend&) { return std::string("gloo"); });
 }

@@ -1,0 +1,115 @@
+// The compressed path of allreduce and reduce-scatter: float tensors with SUM / AVG /
+// PREMUL_SUM and at least min_numel elements, when the group's codec is not "none".
+#include <chrono>
+
+#include "backend/backend.h"
+#include "backend/tensors.h"
+#include "common/check.h"
+
+namespace ringzip {
+namespace {
+
+bool compressible(const CompressionConfig& cc, const at::Tensor& t, const c10d::ReduceOp& op) {
+  const auto st = t.scalar_type();
+  const bool fp = st == at::kFloat || st == at::kHalf || st == at::kBFloat16;
+  const bool summing = op.op_ == c10d::ReduceOp::SUM || op.op_ == c10d::ReduceOp::AVG ||
+                       op.op_ == c10d::ReduceOp::PREMUL_SUM;
+  return cc.enabled() && fp && summing && t.numel() >= cc.min_numel;
+}
+
+// Float32 working copy of t on the host (t itself when it already is one).
+at::Tensor f32_work(const at::Tensor& t) {
+  if (t.device().is_cpu() && t.is_contiguous() && t.scalar_type() == at::kFloat) return t;
+  return t.to(at::kCPU, at::kFloat, false, /*copy=*/true).contiguous();
+}
+
+CompressedCall call_of(const CompressionConfig& cc) {
+  CompressedCall call;
+  call.spec = cc.spec();
+  call.seed = cc.seed;
+  call.algo = cc.algorithm;
+  return call;
+}
+
+// Residual update rule: a NaN/Inf step (AMP skips it) must not poison later steps.
+void sanitize(const at::Tensor& residual) {
+  if (residual.defined() && !at::isfinite(residual).all().item<bool>()) residual.zero_();
+}
+
+}  // namespace
+
+void RingzipBackend::set_compression(CompressionConfig cc) {
+  (void)cc.spec();  // validates the codec string before anything changes
+  RZ_CHECK_VALUE(cc.bucket_size > 0, "bucket_size must be positive, got ", cc.bucket_size);
+  RZ_CHECK_VALUE(cc.min_numel >= 0, "min_numel must be >= 0, got ", cc.min_numel);
+  std::lock_guard<std::mutex> lock(cfg_mu_);
+  comp_cfg_ = std::move(cc);
+}
+
+CompressionConfig RingzipBackend::compression() const {
+  std::lock_guard<std::mutex> lock(cfg_mu_);
+  return comp_cfg_;
+}
+
+c10::intrusive_ptr<c10d::Work> RingzipBackend::maybe_compressed_allreduce(
+    const at::Tensor& t, const c10d::AllreduceOptions& opts, const char* name,
+    std::vector<at::Tensor> outputs, std::function<void()> after) {
+  const CompressionConfig cc = compression();
+  if (!compressible(cc, t, opts.reduceOp)) return {};
+  const auto red = to_reduction(opts.reduceOp, to_dtype(t.scalar_type(), name), size_, name);
+  const at::Tensor x = f32_work(t);
+  const at::Tensor res = cc.feedback() ? comp_.residual_for(outputs.at(0).data_ptr(), t.numel()) : at::Tensor();
+  CompressedCall call = call_of(cc);
+  const uint64_t in_bytes = t.nbytes();
+  return enqueue(c10d::OpType::ALLREDUCE, name, std::move(outputs), opts,
+                 [this, t, x, res, red, call, cc, in_bytes, after](Comm& c) mutable {
+                   const auto t0 = std::chrono::steady_clock::now();
+                   if (red.pre != 1.0) x.mul_(red.pre);
+                   if (res.defined()) {
+                     x.add_(res);
+                     call.residual = res.data_ptr<float>();
+                   }
+                   compressed_allreduce(c, x.data_ptr<float>(), x.numel(), call);
+                   sanitize(res);
+                   if (red.post != 1.0) x.mul_(red.post);
+                   if (!x.is_same(t)) t.copy_(x);
+                   if (after) after();
+                   const int n = c.size();
+                   comp_.record(cc.codec, {1, in_bytes, c.bytes_sent, 2 * (n - 1) * in_bytes / n,
+                                           c.codec_seconds,
+                                           std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()});
+                 });
+}
+
+c10::intrusive_ptr<c10d::Work> RingzipBackend::maybe_compressed_reduce_scatter(
+    const at::Tensor& out, const at::Tensor& flat_in, const c10d::ReduceScatterOptions& opts,
+    const char* name, const void* identity) {
+  const CompressionConfig cc = compression();
+  if (!compressible(cc, flat_in, opts.reduceOp)) return {};
+  const auto red = to_reduction(opts.reduceOp, to_dtype(out.scalar_type(), name), size_, name);
+  // A fresh float32 copy: the reduction runs in place and the caller's input stays intact.
+  const at::Tensor x = flat_in.to(at::kCPU, at::kFloat, false, /*copy=*/true).contiguous().view({-1});
+  const at::Tensor res = cc.feedback() ? comp_.residual_for(identity, flat_in.numel()) : at::Tensor();
+  CompressedCall call = call_of(cc);
+  const uint64_t in_bytes = flat_in.nbytes();
+  return enqueue(c10d::OpType::REDUCE_SCATTER, name, {out}, opts,
+                 [this, out, x, res, red, call, cc, in_bytes](Comm& c) mutable {
+                   const auto t0 = std::chrono::steady_clock::now();
+                   if (red.pre != 1.0) x.mul_(red.pre);
+                   if (res.defined()) {
+                     x.add_(res);
+                     call.residual = res.data_ptr<float>();
+                   }
+                   compressed_reduce_scatter(c, x.data_ptr<float>(), x.numel(), call);
+                   sanitize(res);
+                   const int64_t part = out.numel();
+                   auto mine = x.narrow(0, part * c.rank(), part);
+                   if (red.post != 1.0) mine.mul_(red.post);
+                   out.copy_(mine.view(out.sizes()));
+                   const int n = c.size();
+                   comp_.record(cc.codec, {1, in_bytes, c.bytes_sent, (n - 1) * in_bytes / n, c.codec_seconds,
+                                           std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()});
+                 });
+}
+
+}  // namespace ringzip

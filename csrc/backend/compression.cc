@@ -1,0 +1,67 @@
+#include "backend/compression.h"
+
+namespace ringzip {
+
+at::Tensor Compression::residual_for(const void* identity, int64_t numel) {
+  const std::string key = std::to_string(reinterpret_cast<uintptr_t>(identity)) + ":" + std::to_string(numel);
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = residuals_.find(key);
+  if (it != residuals_.end()) return it->second.residual;
+  const int64_t slot = next_slot_++;
+  at::Tensor r;
+  auto l = loaded_.find(slot);
+  if (l != loaded_.end() && l->second.numel() == numel) {
+    r = l->second.to(at::kFloat).contiguous().clone();
+    loaded_.erase(l);
+  } else {
+    r = at::zeros({numel}, at::TensorOptions().dtype(at::kFloat));
+  }
+  residuals_.emplace(key, Entry{slot, r});
+  return r;
+}
+
+void Compression::record(const std::string& codec, const CodecStats& d) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto& s = stats_[codec];
+  s.calls += d.calls;
+  s.bytes_in += d.bytes_in;
+  s.bytes_sent += d.bytes_sent;
+  s.bytes_dense_equiv += d.bytes_dense_equiv;
+  s.codec_seconds += d.codec_seconds;
+  s.total_seconds += d.total_seconds;
+}
+
+std::map<std::string, CodecStats> Compression::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stats_;
+}
+
+void Compression::reset_stats() {
+  std::lock_guard<std::mutex> lock(mu_);
+  stats_.clear();
+}
+
+std::vector<std::tuple<int64_t, at::Tensor>> Compression::state() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<std::tuple<int64_t, at::Tensor>> out;
+  for (const auto& [key, e] : residuals_) out.emplace_back(e.slot, e.residual.clone());
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return std::get<0>(a) < std::get<0>(b); });
+  return out;
+}
+
+void Compression::load_state(const std::vector<std::tuple<int64_t, at::Tensor>>& state) {
+  std::lock_guard<std::mutex> lock(mu_);
+  residuals_.clear();
+  loaded_.clear();
+  next_slot_ = 0;
+  for (const auto& [slot, r] : state) loaded_[slot] = r;
+}
+
+int64_t Compression::residual_bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  int64_t b = 0;
+  for (const auto& [key, e] : residuals_) b += e.residual.nbytes();
+  return b;
+}
+
+}  // namespace ringzip

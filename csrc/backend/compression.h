@@ -1,0 +1,65 @@
+#pragma once
+// The compression policy of one group: which all-reduces are compressed (float dtypes, SUM /
+// AVG / PREMUL_SUM, at least min_numel elements), the error-feedback residuals, and the
+// per-codec counters behind ringzip.stats().
+#include <ATen/ATen.h>
+
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_map>
+
+#include "collective/compressed.h"
+
+namespace ringzip {
+
+struct CompressionConfig {
+  std::string codec = "none";
+  int64_t bucket_size = 512;
+  bool stochastic = true;
+  int64_t min_numel = 16384;
+  std::optional<bool> error_feedback;  // nullopt: on for biased codecs
+  uint64_t seed = 0;
+  CompressedAlgo algorithm = CompressedAlgo::Auto;
+
+  codec::Spec spec() const { return codec::parse(codec, bucket_size, stochastic); }
+  bool enabled() const { return codec != "none"; }
+  bool feedback() const { return error_feedback.value_or(codec::biased(spec())); }
+};
+
+struct CodecStats {
+  uint64_t calls = 0;
+  uint64_t bytes_in = 0;          // caller's tensor bytes
+  uint64_t bytes_sent = 0;        // this rank's bytes on the wire
+  uint64_t bytes_dense_equiv = 0; // what an exact ring all-reduce would have sent
+  double codec_seconds = 0;
+  double total_seconds = 0;
+};
+
+class Compression {
+ public:
+  // Residual buffer of `numel` floats for the tensor at `identity` (its data pointer), so
+  // DDP's bucket buffers reuse theirs from step to step.
+  at::Tensor residual_for(const void* identity, int64_t numel);
+  void record(const std::string& codec, const CodecStats& delta);
+  std::map<std::string, CodecStats> stats() const;
+  void reset_stats();
+  // Error-feedback state: slot -> residual (slots number tensors by first use).
+  std::vector<std::tuple<int64_t, at::Tensor>> state() const;
+  void load_state(const std::vector<std::tuple<int64_t, at::Tensor>>& state);
+  int64_t residual_bytes() const;
+
+ private:
+  struct Entry {
+    int64_t slot;
+    at::Tensor residual;
+  };
+  mutable std::mutex mu_;
+  std::unordered_map<std::string, Entry> residuals_;
+  std::map<int64_t, at::Tensor> loaded_;  // restored residuals awaiting their tensor
+  int64_t next_slot_ = 0;
+  std::map<std::string, CodecStats> stats_;
+};
+
+}  // namespace ringzip

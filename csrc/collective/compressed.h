@@ -1,0 +1,38 @@
+#pragma once
+// Compressed SUM all-reduce of a float32 buffer, written once against (Comm, codec::Spec).
+// Every rank ends with bitwise-identical output: each chunk's final value is decoded from the
+// same bytes everywhere (the owner, too, keeps decode(encode(sum))).
+#include <string>
+
+#include "codec/codec.h"
+#include "collective/comm.h"
+
+namespace ringzip {
+
+// ring: reduce-scatter re-encoding at each hop, allgather of encoded chunks.
+// sra:  scatter-reduce-allgather via all-to-all: each value encoded once toward its owner and
+//       once for the gather, so the error does not grow with the number of ranks.
+// sparse: top-k by allgather of (index, value) pairs summed in rank order; random-k by an
+//       exact all-reduce of the k values every rank selects alike.
+enum class CompressedAlgo { Auto, Ring, Sra, Sparse };
+
+CompressedAlgo parse_compressed_algo(const std::string& s);  // "auto","ring","sra","sparse"
+const char* compressed_algo_name(CompressedAlgo a);
+CompressedAlgo choose_compressed(const codec::Spec& spec, CompressedAlgo requested);
+
+struct CompressedCall {
+  codec::Spec spec;
+  uint64_t seed = 0;
+  CompressedAlgo algo = CompressedAlgo::Auto;
+  // When non-null: receives input - (what this rank's contribution became on the wire),
+  // the error-feedback residual (zero where the rank's own data travelled exactly).
+  float* residual = nullptr;
+};
+
+// data: count float32 elements of this rank's input; replaced by the compressed sum.
+void compressed_allreduce(Comm& c, float* data, size_t count, const CompressedCall& call);
+// SRA's first phase alone: afterwards rank i's even part i of data holds the sum (its own
+// contribution exact, the others' decoded). Other parts are left as they were.
+void compressed_reduce_scatter(Comm& c, float* data, size_t count, const CompressedCall& call);
+
+}  // namespace ringzip
