@@ -8,32 +8,29 @@
 
 namespace ringzip::codec {
 
+// Branch-free (all candidates computed, then selected) so that CPU loops vectorize.
 RZ_HD uint16_t f32_to_f16_bits(float f) {
   uint32_t u = f2u(f);
   uint32_t sign = (u >> 16) & 0x8000u;
   uint32_t a = u & 0x7fffffffu;
-  uint32_t h;
-  if (a >= 0x477ff000u) {  // >= 65520 rounds to inf; also inf and NaN
-    h = a > 0x7f800000u ? 0x7e00u : 0x7c00u;
-  } else if (a >= 0x38800000u) {  // normal half (>= 2^-14): rebias exponent 127 -> 15, RNE
-    h = (a - 0x38000000u + 0xfffu + ((a >> 13) & 1u)) >> 13;
-  } else {  // subnormal half or zero: adding 0.5 (ulp 2^-24) rounds |f| to a multiple of 2^-24
-    h = f2u(rz_add(u2f(a), 0.5f)) - 0x3f000000u;
-  }
+  // >= 65520 rounds to inf; NaN -> canonical quiet NaN
+  uint32_t big = a > 0x7f800000u ? 0x7e00u : 0x7c00u;
+  // normal half (>= 2^-14): rebias exponent 127 -> 15 and round the 13 dropped bits to nearest even
+  uint32_t normal = (a - 0x38000000u + 0xfffu + ((a >> 13) & 1u)) >> 13;
+  // subnormal half or zero: adding 0.5 (ulp 2^-24) rounds |f| to a multiple of 2^-24 (RNE)
+  uint32_t sub = f2u(rz_add(u2f(a), 0.5f)) - 0x3f000000u;
+  uint32_t h = a >= 0x477ff000u ? big : (a >= 0x38800000u ? normal : sub);
   return (uint16_t)(sign | h);
 }
 
-RZ_HD float f16_bits_to_f32(uint16_t h) {
-  uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+RZ_HD float f16_bits_to_f32(uint16_t hb) {
+  uint32_t h = hb;
+  uint32_t sign = (h & 0x8000u) << 16;
   uint32_t e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
-  uint32_t u;
-  if (e == 0x1f) {
-    u = 0x7f800000u | (m << 13);
-  } else if (e != 0) {
-    u = ((e + 112u) << 23) | (m << 13);
-  } else {  // zero or subnormal: m * 2^-24, exact in float32
-    u = f2u(rz_mul((float)m, 1.0f / 16777216.0f));
-  }
+  uint32_t infnan = 0x7f800000u | (m << 13);
+  uint32_t normal = ((e + 112u) << 23) | (m << 13);
+  uint32_t sub = f2u(rz_mul((float)(int32_t)m, 1.0f / 16777216.0f));  // m * 2^-24, exact
+  uint32_t u = e == 0x1fu ? infnan : (e != 0 ? normal : sub);
   return u2f(sign | u);
 }
 
