@@ -2,15 +2,27 @@
 
 ``import ringzip`` registers the backend ``ringzip``; then
 ``torch.distributed.init_process_group("ringzip")`` (or ``"cpu:ringzip,cuda:nccl"``, ...).
+Compression is configured with ``pg_options=ringzip.Options(codec="q4")``, RINGZIP_*
+environment variables, or ``ringzip.set_options(codec=...)`` at run time.
 """
 import torch  # noqa: F401  (loads libtorch before our extension)
 
 from . import _C
 from ._registry import backend_of, register
+from .api import error_feedback_state, get_options, load_error_feedback_state, set_options, stats
 from .options import Options
 
 __version__ = "0.1.0"
 
 register()
 
-__all__ = ["Options", "backend_of", "__version__"]
+__all__ = [
+    "Options",
+    "backend_of",
+    "error_feedback_state",
+    "get_options",
+    "load_error_feedback_state",
+    "set_options",
+    "stats",
+    "__version__",
+]

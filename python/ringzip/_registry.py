@@ -1,21 +1,35 @@
-"""Creates ringzip backends for torch.distributed and remembers them per group."""
+"""Creates ringzip backends for torch.distributed and finds them again per group."""
 from __future__ import annotations
 
-import weakref
 from datetime import timedelta
 
+import torch
 import torch.distributed as dist
 from torch.distributed import PrefixStore
 
 from . import _C
-from .options import Options
+from .options import Options, compressed_algorithm, dense_algorithm
 
-# Backend objects by group name, so ringzip.set_options / stats can find a group's backend.
-_backends: "weakref.WeakValueDictionary[str, _C.RingzipBackend]" = weakref.WeakValueDictionary()
+# Current Options per backend object (the C++ side holds the applied values).
+_options: "dict[int, Options]" = {}
+
+
+def apply_options(backend: "_C.RingzipBackend", opts: Options) -> None:
+    backend.set_algorithm(dense_algorithm(opts.algorithm))
+    backend.set_compression(
+        codec=opts.codec,
+        bucket_size=opts.bucket_size,
+        stochastic=opts.rounding == "stochastic",
+        min_numel=opts.min_numel,
+        error_feedback=opts.error_feedback,
+        seed=opts.seed,
+        algorithm=compressed_algorithm(opts.algorithm),
+    )
+    _options[id(backend)] = opts
 
 
 def create_backend(dist_opts, pg_options):
-    """The creator torch calls (extended API): returns ringzip's c10d Backend for one group."""
+    """The creator torch calls (extended API): ringzip's c10d Backend for one group."""
     if pg_options is not None and not isinstance(pg_options, Options):
         raise TypeError(f"ringzip: pg_options must be ringzip.Options, got {type(pg_options).__name__}")
     opts = Options.from_env(pg_options)
@@ -25,8 +39,8 @@ def create_backend(dist_opts, pg_options):
     # The transport gets its own corner of the group's store, so it never meets other backends' keys.
     store = PrefixStore("ringzip/transport/", dist_opts.store)
     gloo = dist.ProcessGroupGloo(store, dist_opts.group_rank, dist_opts.group_size, timeout)
-    backend = _C.RingzipBackend(gloo, timeout, opts.algorithm, str(dist_opts.group_id))
-    _backends[str(dist_opts.group_id)] = backend
+    backend = _C.RingzipBackend(gloo, timeout, dense_algorithm(opts.algorithm), str(dist_opts.group_id))
+    apply_options(backend, opts)
     return backend
 
 
@@ -41,7 +55,7 @@ def backend_of(group=None) -> "_C.RingzipBackend":
     pg = group if group is not None else dist.distributed_c10d._get_default_group()  # noqa: SLF001
     for device in ("cpu", "cuda"):
         try:
-            b = pg._get_backend(torch_device(device))  # noqa: SLF001
+            b = pg._get_backend(torch.device(device))  # noqa: SLF001
         except RuntimeError:
             continue
         if isinstance(b, _C.RingzipBackend):
@@ -49,7 +63,5 @@ def backend_of(group=None) -> "_C.RingzipBackend":
     raise ValueError(f"ringzip: group {pg.group_name!r} has no ringzip backend")
 
 
-def torch_device(name: str):
-    import torch
-
-    return torch.device(name)
+def options_of(group=None) -> Options:
+    return _options[id(backend_of(group))]

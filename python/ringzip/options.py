@@ -1,11 +1,14 @@
-"""ringzip.Options: how a ringzip process group behaves (pass as ``pg_options``)."""
+"""ringzip.Options: how a ringzip process group behaves (``pg_options``, env, set_options)."""
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field, fields
+from dataclasses import asdict, dataclass, fields
 from datetime import timedelta
 
-ALGORITHMS = ("auto", "ring", "rd")
+# Dense algorithms (exact all-reduce) and compressed ones share one option: a name that
+# applies to only one family leaves the other on "auto".
+ALGORITHMS = ("auto", "ring", "rd", "sra", "sparse")
+CODECS = ("none", "fp16", "bf16", "q8", "q4", "q2", "q1", "topk:R", "randomk:R")
 
 
 @dataclass
@@ -13,13 +16,26 @@ class Options:
     """Options of a ringzip process group.
 
     timeout: default timeout of every collective (``None``: the group's timeout).
-    algorithm: dense all-reduce algorithm: ``auto`` (by size), ``ring`` or ``rd``
-        (recursive doubling, log-step, for small messages).
+    algorithm: ``auto`` (by size and codec), ``ring``, ``rd`` (recursive doubling, dense
+        only), ``sra`` (scatter-reduce-allgather, compressed only) or ``sparse``.
+    codec: ``none`` (exact, the default), ``fp16``, ``bf16``, ``q8``, ``q4``, ``q2``, ``q1``,
+        ``topk:R`` or ``randomk:R`` (R: fraction kept, e.g. ``topk:0.01``).
+    bucket_size: elements per scale of the q-codecs.
+    rounding: ``stochastic`` (unbiased, default) or ``nearest`` for the q-codecs.
+    min_numel: tensors with fewer elements stay exact.
+    error_feedback: keep the compression error and add it to the next call's input;
+        ``None``: on for biased codecs (topk, randomk, q1, nearest rounding).
+    seed: seed of stochastic rounding and random-k selection (same on all ranks).
     """
 
     timeout: timedelta | None = None
     algorithm: str = "auto"
-    _extra: dict = field(default_factory=dict, repr=False)
+    codec: str = "none"
+    bucket_size: int = 512
+    rounding: str = "stochastic"
+    min_numel: int = 16384
+    error_feedback: bool | None = None
+    seed: int = 0
 
     def __post_init__(self):
         self.validate()
@@ -29,15 +45,53 @@ class Options:
             raise ValueError(f"ringzip.Options: unknown algorithm {self.algorithm!r}; expected one of {ALGORITHMS}")
         if self.timeout is not None and not isinstance(self.timeout, timedelta):
             raise TypeError(f"ringzip.Options: timeout must be a datetime.timedelta, got {type(self.timeout).__name__}")
+        if self.rounding not in ("stochastic", "nearest"):
+            raise ValueError(f"ringzip.Options: rounding must be 'stochastic' or 'nearest', got {self.rounding!r}")
+        if not isinstance(self.codec, str):
+            raise TypeError(f"ringzip.Options: codec must be a string such as 'q4', got {type(self.codec).__name__}")
+        for name in ("bucket_size", "min_numel", "seed"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+                raise ValueError(f"ringzip.Options: {name} must be a non-negative int, got {v!r}")
+        if self.error_feedback is not None and not isinstance(self.error_feedback, bool):
+            raise TypeError("ringzip.Options: error_feedback must be True, False or None")
+
+    def replace(self, **changes) -> "Options":
+        unknown = set(changes) - {f.name for f in fields(self)}
+        if unknown:
+            raise TypeError(f"ringzip.Options: unknown field(s) {sorted(unknown)}")
+        return Options(**{**asdict(self), **changes})
 
     @classmethod
     def from_env(cls, base: "Options | None" = None) -> "Options":
-        """Options from RINGZIP_* environment variables (the one place they are read),
-        over ``base`` or the defaults."""
-        opts = cls(**{f.name: getattr(base, f.name) for f in fields(cls)}) if base else cls()
-        if "RINGZIP_ALGORITHM" in os.environ:
-            opts.algorithm = os.environ["RINGZIP_ALGORITHM"]
-        if "RINGZIP_TIMEOUT_S" in os.environ:
-            opts.timeout = timedelta(seconds=float(os.environ["RINGZIP_TIMEOUT_S"]))
-        opts.validate()
-        return opts
+        """Options from RINGZIP_* environment variables over ``base`` (or the defaults).
+
+        The one place ringzip reads its environment: RINGZIP_CODEC, RINGZIP_ALGORITHM,
+        RINGZIP_BUCKET_SIZE, RINGZIP_ROUNDING, RINGZIP_MIN_NUMEL, RINGZIP_ERROR_FEEDBACK
+        (0/1), RINGZIP_SEED, RINGZIP_TIMEOUT_S. Explicit pg_options win over the environment.
+        """
+        env = os.environ
+        changes = {}
+        if base is None:
+            conv = {"codec": str, "algorithm": str, "rounding": str, "bucket_size": int, "min_numel": int,
+                    "seed": int}
+            for name, f in conv.items():
+                key = "RINGZIP_" + name.upper()
+                if key in env:
+                    try:
+                        changes[name] = f(env[key])
+                    except ValueError as e:
+                        raise ValueError(f"ringzip: bad {key}={env[key]!r}: {e}") from None
+            if "RINGZIP_ERROR_FEEDBACK" in env:
+                changes["error_feedback"] = env["RINGZIP_ERROR_FEEDBACK"].lower() in ("1", "true", "yes", "on")
+            if "RINGZIP_TIMEOUT_S" in env:
+                changes["timeout"] = timedelta(seconds=float(env["RINGZIP_TIMEOUT_S"]))
+        return (base or cls()).replace(**changes)
+
+
+def dense_algorithm(algorithm: str) -> str:
+    return algorithm if algorithm in ("auto", "ring", "rd") else "auto"
+
+
+def compressed_algorithm(algorithm: str) -> str:
+    return algorithm if algorithm in ("auto", "ring", "sra", "sparse") else "auto"

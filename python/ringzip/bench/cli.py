@@ -1,0 +1,54 @@
+"""Entry point of `ringzip-bench` (also `python -m ringzip.bench`).
+
+    ringzip-bench                          the default sweep (= collective --preset default):
+                                           allreduce, 4 ranks, 4 B..64 MB, ringzip codecs vs gloo,
+                                           results under bench/results/
+    ringzip-bench collective [options]     nccl-tests-style sweep (the default subcommand)
+    ringzip-bench kernels [options]        codec kernel throughput (memcpy, casts, codecs)
+    ringzip-bench train [options]          small DDP training run per codec, side by side
+
+Add --net RATE[,DELAY] (root) to run every rank in its own shaped network namespace.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+SUBCOMMANDS = ("collective", "kernels", "train")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from . import collective, kernels, train
+
+    p = argparse.ArgumentParser(prog="ringzip-bench", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="command")
+    c = sub.add_parser("collective", help="collective sweep (default)",
+                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    collective.add_arguments(c)
+    c.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
+    c.set_defaults(func=collective.run)
+    k = sub.add_parser("kernels", help="kernel throughput", formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    kernels.add_arguments(k)
+    k.set_defaults(func=kernels.run)
+    t = sub.add_parser("train", help="DDP training per codec", formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    train.add_arguments(t)
+    t.set_defaults(func=train.run)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv:
+        argv = ["collective", "--preset", "default"]
+    elif argv[0] not in SUBCOMMANDS and argv[0] not in ("-h", "--help"):
+        argv = ["collective", *argv]
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    args.argv = argv
+    try:
+        return int(args.func(args) or 0)
+    except ValueError as e:  # bad sizes, rates, dtypes: a clear message, not a traceback
+        parser.exit(2, f"ringzip-bench: error: {e}\n")
+    except KeyboardInterrupt:
+        return 130

@@ -1,0 +1,165 @@
+"""Small helpers shared by the bench subcommands: unit parsing, environment header, paths."""
+from __future__ import annotations
+
+import os
+import platform
+import re
+import socket
+import sys
+from pathlib import Path
+
+_SIZE_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([kmgt]?)(i?b?)\s*$", re.IGNORECASE)
+_SIZE_MUL = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
+
+
+def parse_size(text: str) -> int:
+    """'4', '64K', '16M', '1G' -> bytes (binary multiples, like nccl-tests)."""
+    m = _SIZE_RE.match(str(text))
+    if not m:
+        raise ValueError(f"bad size {text!r} (expected e.g. 8, 64K, 16M, 1G)")
+    return int(float(m.group(1)) * _SIZE_MUL[m.group(2).lower()])
+
+
+_RATE_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([kmg]?)(bit|bps)?\s*$", re.IGNORECASE)
+_RATE_MUL = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9}
+
+
+def parse_rate_bits(text: str) -> float:
+    """'1gbit', '100mbit', '10g' -> bits per second (decimal multiples, like tc)."""
+    m = _RATE_RE.match(str(text))
+    if not m:
+        raise ValueError(f"bad link rate {text!r} (expected e.g. 1gbit, 100mbit, 10gbit)")
+    return float(m.group(1)) * _RATE_MUL[m.group(2).lower()]
+
+
+_TIME_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*(us|ms|s)?\s*$", re.IGNORECASE)
+
+
+def parse_delay_s(text: str) -> float:
+    m = _TIME_RE.match(str(text))
+    if not m:
+        raise ValueError(f"bad delay {text!r} (expected e.g. 0.2ms, 50us)")
+    unit = (m.group(2) or "ms").lower()
+    return float(m.group(1)) * {"us": 1e-6, "ms": 1e-3, "s": 1.0}[unit]
+
+
+def parse_net(text: str) -> tuple[float, float]:
+    """'RATE[,DELAY]' -> (bits/s, one-way delay seconds)."""
+    parts = [p for p in str(text).split(",") if p.strip()]
+    if not parts or len(parts) > 2:
+        raise ValueError(f"bad --net {text!r} (expected RATE[,DELAY], e.g. 1gbit or 10gbit,0.2ms)")
+    rate = parse_rate_bits(parts[0])
+    delay = parse_delay_s(parts[1]) if len(parts) == 2 else 0.0
+    if rate <= 0:
+        raise ValueError("--net rate must be positive")
+    return rate, delay
+
+
+def size_sweep(begin: int, end: int, factor: float) -> list[int]:
+    if begin <= 0 or end < begin:
+        raise ValueError(f"bad size range -b {begin} -e {end}")
+    if factor <= 1 and begin != end:
+        raise ValueError("-f must be > 1")
+    out, s = [], begin
+    while s <= end:
+        out.append(int(s))
+        if factor <= 1:
+            break
+        s = s * factor
+    return out
+
+
+def split_list(text: str | None) -> list[str]:
+    if text is None:
+        return []
+    return [t.strip() for t in str(text).split(",") if t.strip()]
+
+
+def fmt_bytes(n: float) -> str:
+    for unit, div in (("G", 1024**3), ("M", 1024**2), ("K", 1024)):
+        if n >= div and n % div == 0:
+            return f"{int(n // div)}{unit}"
+    return str(int(n))
+
+
+def fmt_rate(bits: float | None) -> str:
+    if not bits:
+        return "loopback (unshaped)"
+    if bits >= 1e9:
+        return f"{bits / 1e9:g} Gbit/s"
+    return f"{bits / 1e6:g} Mbit/s"
+
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def versions() -> dict:
+    """Versions for the header; importing ringzip must not be fatal here."""
+    import torch
+
+    info = {"torch": torch.__version__, "python": platform.python_version()}
+    try:
+        import ringzip
+
+        info["ringzip"] = getattr(ringzip, "__version__", "?")
+    except Exception as e:  # noqa: BLE001 - report, never crash the header
+        info["ringzip"] = f"unavailable ({type(e).__name__}: {e})"
+    return info
+
+
+def header_lines(nproc: int, link: str, extra: dict | None = None) -> list[str]:
+    v = versions()
+    lines = [
+        f"# ringzip-bench  host={socket.gethostname()}  python={v['python']}",
+        f"# torch {v['torch']}  ringzip {v['ringzip']}",
+        f"# cpu: {cpu_model()} x {os.cpu_count()} logical cores",
+        f"# nproc {nproc}  link: {link}",
+    ]
+    try:
+        la = os.getloadavg()
+        lines[2] += f"  load avg {la[0]:.2f} (other work on the machine adds noise)" if la[0] > 0.5 else ""
+    except OSError:
+        pass
+    for k, val in (extra or {}).items():
+        lines.append(f"# {k}: {val}")
+    return lines
+
+
+def repo_root() -> Path | None:
+    """The source checkout holding this package (python/ringzip/bench -> repo), if any."""
+    here = Path(__file__).resolve()
+    cand = here.parents[3] if len(here.parents) > 3 else None
+    if cand and (cand / "pyproject.toml").exists() and (cand / "bench").is_dir():
+        return cand
+    return None
+
+
+def default_results_dir() -> Path:
+    root = repo_root()
+    return (root / "bench" / "results") if root else (Path.cwd() / "bench" / "results")
+
+
+def python_path_env() -> str:
+    """PYTHONPATH that lets a child `python -m ringzip.bench.*` import this very package."""
+    pkg_parent = str(Path(__file__).resolve().parents[2])
+    cur = os.environ.get("PYTHONPATH", "")
+    parts = [pkg_parent] + [p for p in cur.split(os.pathsep) if p and p != pkg_parent]
+    return os.pathsep.join(parts)
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)

@@ -1,0 +1,137 @@
+"""Start N local ranks (optionally each in its own network namespace) and watch them.
+
+The launcher is the only process that outlives a crashing rank: it streams rank 0's events
+file, kills the whole set when a rank dies or no progress is seen for `row_timeout` seconds,
+and reports what happened; callers decide whether to restart after the failing row.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .common import free_port, python_path_env
+
+
+@dataclass
+class LaunchResult:
+    ok: bool
+    events: list = field(default_factory=list)
+    reason: str = ""
+    logs: list = field(default_factory=list)
+
+
+class Launcher:
+    def __init__(self, nproc: int, workdir: Path, net=None, threads: int = 1):
+        self.nproc, self.workdir, self.net, self.threads = nproc, Path(workdir), net, threads
+        self.procs: list[subprocess.Popen] = []
+
+    def _env(self, rank: int, port: int) -> dict:
+        env = dict(os.environ)
+        env.update({
+            "RANK": str(rank), "WORLD_SIZE": str(self.nproc), "LOCAL_RANK": str(rank),
+            "MASTER_PORT": str(port), "PYTHONPATH": python_path_env(),
+            "OMP_NUM_THREADS": str(self.threads), "MKL_NUM_THREADS": str(self.threads),
+            "PYTHONUNBUFFERED": "1",
+        })
+        if self.net is not None:
+            env["MASTER_ADDR"] = self.net.addr(0)
+            env["GLOO_SOCKET_IFNAME"] = self.net.ifname(rank)
+        else:
+            env["MASTER_ADDR"] = "127.0.0.1"
+            env["GLOO_SOCKET_IFNAME"] = "lo"
+        return env
+
+    def start(self, module: str, args: list[str]) -> list[Path]:
+        port = 29500 if self.net is not None else free_port()
+        logs = []
+        for r in range(self.nproc):
+            cmd = [sys.executable, "-m", module, *args]
+            if self.net is not None:
+                cmd = self.net.exec_prefix(r) + cmd
+            log = self.workdir / f"rank{r}.log"
+            logs.append(log)
+            with open(log, "ab") as lf:
+                p = subprocess.Popen(cmd, env=self._env(r, port), stdout=lf, stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL, start_new_session=True)
+            self.procs.append(p)
+        return logs
+
+    def kill(self) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                try:
+                    os.killpg(p.pid, signal.SIGKILL)  # the rank's own session: only what we started
+                except (ProcessLookupError, PermissionError):
+                    pass
+        for p in self.procs:
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+        self.procs = []
+
+    def run(self, module: str, args: list[str], events_path: Path | None, row_timeout: float,
+            on_event=None, total_timeout: float | None = None) -> LaunchResult:
+        """Run to completion; `on_event(dict)` sees each events line as it arrives."""
+        logs = self.start(module, args)
+        events, pos, buf = [], 0, ""
+        last_progress = start = time.monotonic()
+
+        def drain():
+            nonlocal pos, buf, last_progress
+            if events_path is None or not events_path.exists():
+                return
+            with open(events_path) as f:
+                f.seek(pos)
+                chunk = f.read()
+                pos = f.tell()
+            buf += chunk
+            while "\n" in buf:
+                line, buf = buf.split("\n", 1)
+                if line.strip():
+                    ev = json.loads(line)
+                    events.append(ev)
+                    last_progress = time.monotonic()
+                    if on_event:
+                        on_event(ev)
+
+        try:
+            while True:
+                time.sleep(0.1)
+                drain()
+                codes = [p.poll() for p in self.procs]
+                if all(c == 0 for c in codes):
+                    drain()
+                    return LaunchResult(True, events, "", logs)
+                bad = [(r, c) for r, c in enumerate(codes) if c not in (None, 0)]
+                if bad:
+                    time.sleep(0.5)  # let the others print their side of it
+                    drain()
+                    r, c = bad[0]
+                    what = f"signal {-c}" if c < 0 else f"exit code {c}"
+                    return LaunchResult(False, events, f"rank {r} died ({what})", logs)
+                now = time.monotonic()
+                if row_timeout and now - last_progress > row_timeout:
+                    return LaunchResult(False, events, f"no progress for {row_timeout:.0f} s (hang?)", logs)
+                if total_timeout and now - start > total_timeout:
+                    return LaunchResult(False, events, f"total timeout {total_timeout:.0f} s", logs)
+        finally:
+            self.kill()
+
+
+def log_tail(paths: list[Path], lines: int = 6) -> str:
+    out = []
+    for p in paths:
+        try:
+            text = Path(p).read_text(errors="replace").strip().splitlines()
+        except OSError:
+            continue
+        if text:
+            out.append(f"--- {Path(p).name} ---\n" + "\n".join(text[-lines:]))
+    return "\n".join(out)

@@ -1,0 +1,315 @@
+"""Emulated network for local ranks: one Linux network namespace per rank, a bridge in its own
+namespace, veth pairs between them, tc `tbf` shaping on both directions of every rank's link and
+optional netem delay. The host's own namespace is never touched: every device is created inside
+a namespace this module made, and every name starts with a per-run prefix (`rzb<pid>-`).
+
+    with NetEnv(nranks=4, rate_bits=1e9, delay_s=0.0) as net:
+        net.exec_prefix(rank)   # ['ip', 'netns', 'exec', 'rzb123-r0']
+        net.ifname(rank), net.addr(rank)
+        net.measure_goodput()   # bits/s between ranks 0 and 1 (TCP, ~1.5 s)
+
+Topology and shaping:  rank i: [ns <p>r<i>: dev <p>r<i> 10.77.0.<i+1>/24]  <-veth->
+[ns <p>br: dev <p>h<i> -- bridge <p>b]. Egress of <p>r<i> (rank -> bridge) and egress of <p>h<i>
+(bridge -> rank) each get tbf at RATE, so every rank has RATE up and RATE down. DELAY (netem) is
+added on the rank's egress only, so the one-way rank-to-rank latency is DELAY (RTT 2*DELAY).
+
+Command line:  python -m ringzip.bench.netem cleanup PREFIX   (remove leftovers of a killed run)
+               python -m ringzip.bench.netem list PREFIX
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+SUBNET = "10.77.0"
+
+
+class NetSetupError(RuntimeError):
+    pass
+
+
+def check_prereqs() -> None:
+    """Refuse clearly when we cannot build namespaces."""
+    if not sys.platform.startswith("linux"):
+        raise NetSetupError("--net needs Linux network namespaces")
+    if os.geteuid() != 0:
+        raise NetSetupError("--net needs root (network namespaces, veth, tc); run as root or drop --net")
+    missing = [t for t in ("ip", "tc") if shutil.which(t) is None]
+    if missing:
+        raise NetSetupError(f"--net needs the iproute2 tools; missing: {', '.join(missing)}")
+
+
+def _run(cmd: list[str], check: bool = True) -> subprocess.CompletedProcess:
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if check and p.returncode != 0:
+        raise NetSetupError(f"command failed: {' '.join(cmd)}\n{p.stderr.strip()}")
+    return p
+
+
+def leftovers(prefix: str) -> list[str]:
+    """Namespaces and host links whose names start with `prefix` (should be empty after a run)."""
+    out = []
+    p = _run(["ip", "netns", "list"], check=False)
+    for line in p.stdout.splitlines():
+        name = line.split()[0] if line.split() else ""
+        if name.startswith(prefix):
+            out.append(f"netns {name}")
+    p = _run(["ip", "-o", "link", "show"], check=False)
+    for line in p.stdout.splitlines():
+        parts = line.split(":")
+        if len(parts) > 1:
+            name = parts[1].strip().split("@")[0]
+            if name.startswith(prefix):
+                out.append(f"link {name}")
+    return out
+
+
+def cleanup_prefix(prefix: str) -> list[str]:
+    """Remove every namespace (and with it every device) and host link named `prefix*`."""
+    if not prefix or len(prefix) < 4:
+        raise ValueError("refusing to clean up with a short prefix")
+    errors = []
+    p = _run(["ip", "netns", "list"], check=False)
+    names = [ln.split()[0] for ln in p.stdout.splitlines() if ln.split() and ln.split()[0].startswith(prefix)]
+    for ns in names:
+        pids = _run(["ip", "netns", "pids", ns], check=False).stdout.split()
+        for pid in pids:  # only processes living in our own namespace: ranks we started
+            try:
+                os.kill(int(pid), signal.SIGKILL)
+            except (ProcessLookupError, ValueError):
+                pass
+        r = _run(["ip", "netns", "del", ns], check=False)
+        if r.returncode != 0:
+            errors.append(f"ip netns del {ns}: {r.stderr.strip()}")
+    for item in leftovers(prefix):
+        if item.startswith("link "):
+            r = _run(["ip", "link", "del", item[5:]], check=False)
+            if r.returncode != 0:
+                errors.append(f"ip link del {item[5:]}: {r.stderr.strip()}")
+    return errors
+
+
+class NetEnv:
+    def __init__(self, nranks: int, rate_bits: float, delay_s: float = 0.0, prefix: str | None = None,
+                 log=None):
+        if nranks < 1 or nranks > 250:
+            raise ValueError("--net supports 1..250 ranks")
+        self.nranks, self.rate_bits, self.delay_s = nranks, float(rate_bits), float(delay_s)
+        self.prefix = prefix or f"rzb{os.getpid()}-"
+        if len(self.prefix) + 1 + len(str(nranks)) > 15:
+            raise ValueError(f"prefix {self.prefix!r} too long for Linux interface names")
+        self.log = log or (lambda m: None)
+        self.active = False
+        self._old_handlers: dict = {}
+
+    # names ---------------------------------------------------------------------------------
+    @property
+    def bridge_ns(self) -> str:
+        return f"{self.prefix}br"
+
+    def rank_ns(self, r: int) -> str:
+        return f"{self.prefix}r{r}"
+
+    def ifname(self, r: int) -> str:
+        return f"{self.prefix}r{r}"
+
+    def addr(self, r: int) -> str:
+        return f"{SUBNET}.{r + 1}"
+
+    def exec_prefix(self, r: int) -> list[str]:
+        return ["ip", "netns", "exec", self.rank_ns(r)]
+
+    def describe(self) -> str:
+        d = f", one-way delay {self.delay_s * 1e3:g} ms" if self.delay_s else ""
+        return f"{self.rate_bits / 1e9:g} Gbit/s tbf per direction{d} (netns {self.prefix}*)"
+
+    # lifecycle -----------------------------------------------------------------------------
+    def __enter__(self):
+        check_prereqs()
+        self._install_signals()
+        try:
+            self.setup()
+        except BaseException:
+            self.teardown()
+            raise
+        return self
+
+    def __exit__(self, *exc):
+        self.teardown()
+        return False
+
+    def _install_signals(self):
+        def handler(signum, frame):
+            raise SystemExit(128 + signum)  # unwinds through finally/__exit__ -> teardown
+
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            try:
+                self._old_handlers[sig] = signal.signal(sig, handler)
+            except ValueError:  # not the main thread
+                pass
+
+    def _restore_signals(self):
+        for sig, h in self._old_handlers.items():
+            try:
+                signal.signal(sig, h)
+            except ValueError:
+                pass
+        self._old_handlers = {}
+
+    def _shape(self, ns: str, dev: str, delay_s: float) -> None:
+        rate_Bps = self.rate_bits / 8
+        # burst must hold a whole GSO/TSO super-packet (64 KiB) and ~1 ms of traffic.
+        burst = int(max(128 * 1024, rate_Bps * 1e-3))
+        limit = int(burst + rate_Bps * 0.02)  # ~20 ms of queue
+        base = ["ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", dev]
+        tbf = ["tbf", "rate", f"{int(self.rate_bits)}bit", "burst", str(burst), "limit", str(limit)]
+        if delay_s > 0:
+            if not self._netem_ok(ns):
+                raise NetSetupError("this kernel has no netem qdisc (sch_netem), so a DELAY cannot be "
+                                    "emulated here; drop the ',DELAY' part of --net")
+            _run(base + ["root", "handle", "1:", "netem", "delay", f"{delay_s * 1e6:.0f}us",
+                         "limit", "100000"])
+            _run(base + ["parent", "1:1", "handle", "10:"] + tbf)
+        else:
+            _run(base + ["root", "handle", "1:"] + tbf)
+
+    @staticmethod
+    def _netem_ok(ns: str) -> bool:
+        p = _run(["ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", "lo", "root", "netem",
+                  "delay", "0us"], check=False)
+        if p.returncode == 0:
+            _run(["ip", "netns", "exec", ns, "tc", "qdisc", "del", "dev", "lo", "root"], check=False)
+        return p.returncode == 0
+
+    def setup(self) -> None:
+        self.active = True
+        br_ns, br = self.bridge_ns, f"{self.prefix}b"
+        _run(["ip", "netns", "add", br_ns])
+        _run(["ip", "-n", br_ns, "link", "set", "lo", "up"])
+        _run(["ip", "-n", br_ns, "link", "add", br, "type", "bridge"])
+        _run(["ip", "-n", br_ns, "link", "set", br, "up"])
+        for r in range(self.nranks):
+            ns, host_side, rank_side = self.rank_ns(r), f"{self.prefix}h{r}", self.ifname(r)
+            _run(["ip", "netns", "add", ns])
+            _run(["ip", "-n", ns, "link", "set", "lo", "up"])
+            _run(["ip", "-n", br_ns, "link", "add", host_side, "type", "veth", "peer", "name", rank_side,
+                  "netns", ns])
+            _run(["ip", "-n", br_ns, "link", "set", host_side, "master", br])
+            _run(["ip", "-n", br_ns, "link", "set", host_side, "up"])
+            _run(["ip", "-n", ns, "addr", "add", f"{self.addr(r)}/24", "dev", rank_side])
+            _run(["ip", "-n", ns, "link", "set", rank_side, "up"])
+            self._shape(br_ns, host_side, 0.0)
+            self._shape(ns, rank_side, self.delay_s)
+        self.log(f"[net] {self.nranks} namespaces {self.prefix}r* on bridge {br} ({self.describe()})")
+
+    def teardown(self) -> None:
+        if not self.active:
+            self._restore_signals()
+            return
+        # no second Ctrl-C in the middle of clean-up
+        blocked = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, blocked)
+        try:
+            errs = cleanup_prefix(self.prefix)
+            left = leftovers(self.prefix)
+            self.active = False
+            if errs or left:
+                print(f"[net] WARNING clean-up incomplete: {errs} {left}; run "
+                      f"`python -m ringzip.bench.netem cleanup {self.prefix}`", file=sys.stderr)
+            else:
+                self.log(f"[net] removed namespaces {self.prefix}*")
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old)
+            self._restore_signals()
+
+    # measurement ---------------------------------------------------------------------------
+    def measure_goodput(self, seconds: float = 1.5, src: int = 0, dst: int = 1, port: int = 29499) -> float:
+        """TCP goodput (bits/s) from rank `src` to rank `dst`, as the receiver saw it."""
+        # run this file as a plain script: stdlib only, no torch import (fast start)
+        me = [sys.executable, os.path.abspath(__file__)]
+        env = dict(os.environ)
+        recv = subprocess.Popen(self.exec_prefix(dst) + me + ["recv", self.addr(dst), str(port)],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        try:
+            time.sleep(0.3)
+            snd = subprocess.run(self.exec_prefix(src) + me + ["send", self.addr(dst), str(port), str(seconds)],
+                                 capture_output=True, text=True, env=env, timeout=seconds + 30)
+            out, err = recv.communicate(timeout=seconds + 30)
+        finally:
+            if recv.poll() is None:
+                recv.kill()
+                recv.wait()
+        if recv.returncode != 0 or snd.returncode != 0:
+            raise NetSetupError(f"goodput probe failed: {snd.stderr.strip()} {err.strip()}")
+        res = json.loads(out)
+        return res["bytes"] * 8 / res["seconds"]
+
+
+# probe endpoints (run inside the namespaces) ---------------------------------------------------
+def _recv(addr: str, port: int) -> None:
+    srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    srv.bind((addr, port))
+    srv.listen(1)
+    srv.settimeout(30)
+    conn, _ = srv.accept()
+    buf = bytearray(1 << 20)
+    total, t0 = 0, None
+    while True:
+        n = conn.recv_into(buf)
+        if n == 0:
+            break
+        if t0 is None:
+            t0 = time.perf_counter()
+        total += n
+    t1 = time.perf_counter()
+    conn.close()
+    srv.close()
+    print(json.dumps({"bytes": total, "seconds": max(t1 - (t0 or t1), 1e-9)}))
+
+
+def _send(addr: str, port: int, seconds: float) -> None:
+    s = None
+    for _ in range(50):
+        try:
+            s = socket.create_connection((addr, port), timeout=5)
+            break
+        except OSError:
+            time.sleep(0.1)
+    if s is None:
+        raise SystemExit("could not connect to the goodput receiver")
+    data = b"\0" * (1 << 20)
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        s.sendall(data)
+    s.shutdown(socket.SHUT_WR)
+    s.recv(1)  # wait for the receiver to finish reading
+    s.close()
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["recv"]:
+        _recv(argv[1], int(argv[2]))
+    elif argv[:1] == ["send"]:
+        _send(argv[1], int(argv[2]), float(argv[3]))
+    elif argv[:1] == ["cleanup"] and len(argv) == 2:
+        errs = cleanup_prefix(argv[1])
+        print("\n".join(errs) or "clean")
+        return 1 if errs else 0
+    elif argv[:1] == ["list"] and len(argv) == 2:
+        print("\n".join(leftovers(argv[1])) or "nothing")
+    else:
+        print(__doc__)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

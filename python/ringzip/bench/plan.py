@@ -1,0 +1,19 @@
+"""The sweep plan, computed identically by the launcher and by every rank."""
+from __future__ import annotations
+
+
+def configs(backends: list[str], codecs: list[str], algorithms: list[str]) -> list[dict]:
+    """One configuration per backend x codec x algorithm; non-ringzip backends appear once."""
+    out = []
+    for b in backends:
+        if b == "ringzip":
+            for c in codecs:
+                for a in algorithms:
+                    out.append({"backend": b, "codec": c, "algorithm": a, "key": f"{b}/{c}/{a}"})
+        else:
+            out.append({"backend": b, "codec": "none", "algorithm": "-", "key": b})
+    return out
+
+
+def build_plan(spec: dict) -> list[dict]:
+    return [{"size": s, "cfg": c} for s in spec["sizes"] for c in spec["configs"]]

@@ -1,0 +1,300 @@
+"""One rank of a `ringzip-bench collective` run (started by launch.py, never by hand).
+
+Usage: python -m ringzip.bench.worker SPEC.json   (RANK, WORLD_SIZE, MASTER_ADDR/PORT in env)
+
+Every rank walks the same plan (size outer, configuration inner). The control group (gloo, the
+default group) aligns iteration starts with a barrier and gathers each row to rank 0, which
+appends it to the events file as one JSON line. The measured op runs on a separate group per
+configuration. Errors are caught per row and reported as rows, so one bad configuration does not
+end the sweep; a crash or hang is handled by the launcher (it restarts after the bad row).
+"""
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import statistics
+import sys
+import time
+import traceback
+import zlib
+
+import torch
+import torch.distributed as dist
+
+from .ops import DTYPES, OpCase, bus_factor, element_count, redop
+from .plan import build_plan
+
+
+def _stats_bytes(stats) -> tuple[float, float] | None:
+    """Sum bytes_in / bytes_wire over whatever shape ringzip.stats() returns (dict, nested, obj)."""
+    tot = [0.0, 0.0]
+    found = False
+
+    def visit(obj):
+        nonlocal found
+        if obj is None:
+            return
+        if isinstance(obj, dict):
+            if "bytes_in" in obj and "bytes_wire" in obj:
+                tot[0] += float(obj["bytes_in"])
+                tot[1] += float(obj["bytes_wire"])
+                found = True
+                return
+            for v in obj.values():
+                visit(v)
+        elif isinstance(obj, (list, tuple)):
+            for v in obj:
+                visit(v)
+        elif hasattr(obj, "bytes_in") and hasattr(obj, "bytes_wire"):
+            tot[0] += float(obj.bytes_in)
+            tot[1] += float(obj.bytes_wire)
+            found = True
+
+    visit(stats)
+    return (tot[0], tot[1]) if found else None
+
+
+class Groups:
+    """Lazily created measured groups, one per configuration; creation errors are remembered."""
+
+    def __init__(self, timeout: datetime.timedelta, ropts: dict):
+        self.timeout, self.ropts = timeout, ropts
+        self.cache: dict[str, tuple[object, str | None]] = {}
+
+    def get(self, cfg: dict):
+        key = cfg["key"]
+        if key not in self.cache:
+            try:
+                if cfg["backend"] == "ringzip":
+                    import ringzip
+
+                    if not hasattr(ringzip, "Options"):
+                        raise RuntimeError("ringzip.Options not available (backend not built/registered?)")
+                    kwargs = dict(self.ropts)
+                    # documented defaults are left to Options, so exact rows run on any build
+                    if cfg["codec"] != "none":
+                        kwargs["codec"] = cfg["codec"]
+                    if cfg["algorithm"] != "auto":
+                        kwargs["algorithm"] = cfg["algorithm"]
+                    opts = ringzip.Options(**kwargs)
+                    g = dist.new_group(backend="ringzip", pg_options=opts, timeout=self.timeout)
+                else:
+                    g = dist.new_group(backend=cfg["backend"], timeout=self.timeout)
+                self.cache[key] = (g, None)
+            except Exception as e:  # noqa: BLE001 - becomes the row's error
+                self.cache[key] = (None, f"group creation failed: {type(e).__name__}: {e}")
+        return self.cache[key]
+
+
+def _ctrl_max(x: float) -> float:
+    t = torch.tensor([x], dtype=torch.float64)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return float(t[0])
+
+
+def run_row(spec, item, case: OpCase, group, group_err, rank):
+    """Measure one row on this rank; every control collective runs whatever happened."""
+    res = {"err": group_err, "times": [], "max_abs": None, "rel_l2": None, "crc": None,
+           "stats": None, "iters": 0}
+    ringzip_mod = None
+    if item["cfg"]["backend"] == "ringzip" and group is not None:
+        try:
+            import ringzip as ringzip_mod  # noqa: F811
+        except Exception:  # noqa: BLE001
+            ringzip_mod = None
+
+    def guarded(fn):
+        if res["err"] is not None:
+            return
+        try:
+            fn()
+        except Exception as e:  # noqa: BLE001
+            res["err"] = f"{type(e).__name__}: {e}".strip()[:500]
+            if os.environ.get("RINGZIP_BENCH_DEBUG"):
+                traceback.print_exc()
+
+    # warm-up: the first call sizes the rest (adaptive, identical decision on every rank)
+    t_first = [0.0]
+
+    def first():
+        case.prepare()
+        t0 = time.perf_counter()
+        case.run(group)
+        t_first[0] = time.perf_counter() - t0
+
+    guarded(first)
+    t_est = _ctrl_max(t_first[0] if res["err"] is None else -1.0)
+    failed_any = _ctrl_max(1.0 if res["err"] else 0.0) > 0
+    budget = spec.get("time_budget_s")
+    iters, warm = spec["iters"], max(0, spec["warmup"] - 1)
+    if budget and t_est > 0:
+        iters = int(max(spec["min_iters"], min(iters, budget / t_est)))
+        warm = int(min(warm, max(0, 0.25 * budget / t_est)))
+    if failed_any:
+        iters = warm = 0
+        if res["err"] is None:
+            res["err"] = "failed on another rank"
+
+    def warmups():
+        for _ in range(warm):
+            case.prepare()
+            case.run(group)
+
+    guarded(warmups)
+    before = None
+    if ringzip_mod is not None and res["err"] is None:
+        try:
+            before = _stats_bytes(ringzip_mod.stats(group))
+        except Exception:  # noqa: BLE001 - stats are optional
+            before = None
+    for _ in range(iters):
+        case.prepare()
+        dist.barrier()  # control group: aligned start
+        if res["err"] is not None:
+            continue
+        t0 = time.perf_counter()
+        try:
+            case.run(group)
+        except Exception as e:  # noqa: BLE001
+            res["err"] = f"{type(e).__name__}: {e}"[:500]
+            continue
+        res["times"].append(time.perf_counter() - t0)
+    res["iters"] = len(res["times"])
+    if before is not None and res["err"] is None:
+        try:
+            after = _stats_bytes(ringzip_mod.stats(group))
+            if after is not None:
+                res["stats"] = (after[0] - before[0], after[1] - before[1])
+        except Exception:  # noqa: BLE001
+            pass
+    if res["err"] is None and res["iters"] > 0:
+        try:
+            res["max_abs"], res["rel_l2"] = case.errors()
+            if case.same_on_all_ranks():
+                res["crc"] = zlib.crc32(case.out.contiguous().view(torch.uint8).numpy().tobytes())
+        except Exception as e:  # noqa: BLE001
+            res["err"] = f"error check failed: {type(e).__name__}: {e}"
+    return res
+
+
+def combine(spec, item, case: OpCase, results: list[dict], n: int) -> dict:
+    """Rank 0: one table row from every rank's measurements."""
+    cfg, op = item["cfg"], spec["op"]
+    elem = torch.empty(0, dtype=DTYPES[spec["dtype"]]).element_size()
+    size = case.count * elem
+    row = {
+        "op": op, "size_bytes": size, "count": case.count, "dtype": spec["dtype"],
+        "redop": redop(op), "backend": cfg["backend"], "codec": cfg["codec"],
+        "algorithm": cfg["algorithm"], "nproc": n, "iters": 0, "time_us": None,
+        "time_us_min": None, "algbw_gbps": None, "busbw_gbps": None, "ratio": None,
+        "wire_busbw_gbps": None, "speedup_vs_gloo": None, "max_abs_err": None,
+        "rel_l2_err": None, "ranks_agree": None, "link_gbit": spec.get("link_gbit"),
+        "floor_us": None, "efficiency": None, "error": None,
+    }
+    errs = [f"rank {i}: {r['err']}" for i, r in enumerate(results) if r["err"]
+            and r["err"] != "failed on another rank"]
+    if errs or any(r["err"] for r in results):
+        row["error"] = "; ".join(errs[:2]) or "failed"
+        # identical messages on every rank read better once
+        msgs = {r["err"] for r in results if r["err"]}
+        if len(msgs) == 1:
+            row["error"] = msgs.pop()
+        return row
+    iters = min(len(r["times"]) for r in results)
+    per_iter_max = [max(r["times"][i] for r in results) for i in range(iters)]
+    t = statistics.median(per_iter_max)
+    row["iters"] = iters
+    row["time_us"] = t * 1e6
+    row["time_us_min"] = min(per_iter_max) * 1e6
+    row["algbw_gbps"] = size / t / 1e9
+    row["busbw_gbps"] = row["algbw_gbps"] * bus_factor(op, n)
+    ratio = 1.0
+    if cfg["backend"] == "ringzip" and cfg["codec"] != "none":
+        st = [r["stats"] for r in results if r["stats"] is not None]
+        b_in = sum(s[0] for s in st)
+        b_wire = sum(s[1] for s in st)
+        ratio = (b_in / b_wire) if (st and b_wire > 0) else None
+        row["stats_bytes_in"], row["stats_bytes_wire"] = (b_in, b_wire) if st else (None, None)
+    row["ratio"] = ratio
+    if ratio:
+        row["wire_busbw_gbps"] = row["busbw_gbps"] / ratio
+    row["max_abs_err"] = max(r["max_abs"] for r in results)
+    row["rel_l2_err"] = max(r["rel_l2"] for r in results)
+    crcs = {r["crc"] for r in results}
+    row["ranks_agree"] = (len(crcs) == 1) if None not in crcs else None
+    link = spec.get("link_gbit")
+    if link and ratio:
+        floor = bus_factor(op, n) * size / (ratio * link * 1e9 / 8)
+        row["floor_us"] = floor * 1e6
+        row["efficiency"] = floor / t
+    return row
+
+
+def _inject_fault(idx: int, rank: int) -> None:
+    """Test hook: RINGZIP_BENCH_FAULT="crash@5" or "hang@5" makes rank 1 die/hang at plan row 5,
+    to exercise the launcher's restart and watchdog paths (a backend under development does both)."""
+    fault = os.environ.get("RINGZIP_BENCH_FAULT", "")
+    if "@" not in fault or rank != min(1, int(os.environ["WORLD_SIZE"]) - 1):
+        return
+    kind, at = fault.split("@", 1)
+    if int(at) == idx:
+        if kind == "crash":
+            os._exit(86)
+        if kind == "hang":
+            time.sleep(3600)
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    with open(argv[0]) as f:
+        spec = json.load(f)
+    rank, n = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    torch.set_num_threads(spec.get("threads", 1))
+    timeout = datetime.timedelta(seconds=spec.get("timeout_s", 300))
+    dist.init_process_group("gloo", rank=rank, world_size=n, timeout=timeout,
+                            init_method=f"tcp://{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}")
+    if any(c["backend"] == "ringzip" for c in spec["configs"]):
+        try:
+            import ringzip  # noqa: F401  (registers the backend)
+        except Exception as e:  # noqa: BLE001 - rows will carry the error
+            if rank == 0:
+                print(f"[ringzip-bench] import ringzip failed: {e}", file=sys.stderr)
+    plan = build_plan(spec)
+    groups = Groups(timeout, spec.get("ringzip_options", {}))
+    skip = set(spec.get("skip", []))
+    events = open(spec["events"], "a") if rank == 0 else None
+    dtype = DTYPES[spec["dtype"]]
+    elem = torch.empty(0, dtype=dtype).element_size()
+    case, case_size = None, None
+    for idx in range(spec.get("start", 0), len(plan)):
+        if idx in skip:
+            continue
+        item = plan[idx]
+        if events:
+            events.write(json.dumps({"event": "begin", "index": idx}) + "\n")
+            events.flush()
+        if case_size != item["size"]:
+            case = None  # free the previous size's buffers first
+            count = element_count(spec["op"], item["size"], elem, n)
+            case = OpCase(spec["op"], count, dtype, rank, n, spec["seed"])
+            case_size = item["size"]
+        _inject_fault(idx, rank)
+        group, gerr = groups.get(item["cfg"])
+        res = run_row(spec, item, case, group, gerr, rank)
+        gathered = [None] * n
+        dist.all_gather_object(gathered, res)
+        if events:
+            row = combine(spec, item, case, gathered, n)
+            events.write(json.dumps({"event": "row", "index": idx, "row": row}) + "\n")
+            events.flush()
+    dist.barrier()
+    if events:
+        events.write(json.dumps({"event": "done"}) + "\n")
+        events.close()
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
