@@ -65,7 +65,7 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::submit(c10d::OpType type, const c
   const uint64_t seq = seq_.fetch_add(nseq);
   auto work = c10::make_intrusive<CollectiveWork>(rank_, type, name, std::move(outputs), seq, to);
   std::function<void()> task = [this, work, body = std::move(body), seq, to, name] {
-    Comm c{*net_, static_cast<uint32_t>(seq), std::chrono::steady_clock::now() + to, name};
+    Comm c{*net_, host_compute(), static_cast<uint32_t>(seq), std::chrono::steady_clock::now() + to, name};
     try {
       body(c);
     } catch (...) {

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "collective/compute.h"
 #include "common/types.h"
 #include "transport/transport.h"
 
@@ -13,6 +14,7 @@ namespace ringzip {
 
 struct Comm {
   Transport& net;
+  Compute& dev;  // where the buffers live (host or device) and what works on them
   uint32_t seq;
   std::chrono::steady_clock::time_point deadline;
   std::string op;  // e.g. "allreduce"; names the call in error messages

@@ -21,7 +21,8 @@ RngKey key(const CompressedCall& call, const Comm& c, int rank, uint32_t phase) 
   return RngKey{call.seed, c.seq, static_cast<uint32_t>(rank) << 8 | phase};
 }
 
-// Accounts time spent in codec kernels to the call (stats: codec vs transport time).
+// Accounts time spent in codec kernels to the call (stats: codec vs transport time). On a
+// device this is the time to queue them.
 class CodecTimer {
  public:
   explicit CodecTimer(Comm& c) : c_(c), t0_(std::chrono::steady_clock::now()) {}
@@ -50,28 +51,30 @@ Layout layout(const codec::Spec& spec, size_t count, int parts) {
 void encode(Comm& c, const CompressedCall& call, const float* x, size_t n, size_t off, const RngKey& k,
             uint8_t* out) {
   CodecTimer t(c);
-  codec::encode(call.spec, codec::InType::F32, x, n, off, k, out);
+  c.dev.encode(call.spec, codec::InType::F32, x, n, off, k, out);
 }
 
-// residual[0:n] = x - decode(payload): what this rank's own data lost on the wire.
+// residual[off:off+n] = x - decode(payload): what this rank's own data lost on the wire.
 void record_residual(Comm& c, const CompressedCall& call, const float* x, const uint8_t* payload,
                      size_t bytes, size_t n, size_t off, const RngKey& k) {
   if (!call.residual) return;
   CodecTimer t(c);
-  float* r = call.residual + off;
-  codec::decode(call.spec, payload, bytes, n, off, k, r);
-  for (size_t i = 0; i < n; ++i) r[i] = x[i] - r[i];
+  c.dev.decode(call.spec, payload, bytes, n, off, k, call.residual + off);
+  c.dev.residual(call.residual + off, x, n);
 }
 
-// Everyone contributes its own encoded part `mine` of `l`, then decodes every part into data.
-void gather_encoded(Comm& c, const CompressedCall& call, const Layout& l, std::vector<uint8_t>& wire,
-                    float* data, uint32_t step_base) {
-  Buf bytes{wire.data(), wire.size(), DType::U8};
-  ring_allgather(c, bytes, l.bytes, step_base);
+void clear_residual(Comm& c, const CompressedCall& call, size_t off, size_t n) {
+  if (call.residual) c.dev.zero(call.residual + off, n * sizeof(float));
+}
+
+// Every rank contributed its own encoded part of `l` in `wire`; gather all parts and decode.
+void gather_encoded(Comm& c, const CompressedCall& call, const Layout& l, uint8_t* wire, float* data,
+                    uint32_t step_base) {
+  ring_allgather(c, Buf{wire, l.bytes.back(), DType::U8}, l.bytes, step_base);
   CodecTimer t(c);
   for (int i = 0; i < c.size(); ++i) {
-    codec::decode(call.spec, wire.data() + l.bytes[i], l.nbytes(i), l.len(i), l.elem[i],
-                  key(call, c, i, kGatherPhase), data + l.elem[i]);
+    c.dev.decode(call.spec, wire + l.bytes[i], l.nbytes(i), l.len(i), l.elem[i], key(call, c, i, kGatherPhase),
+                 data + l.elem[i]);
   }
 }
 
@@ -79,41 +82,45 @@ void gather_encoded(Comm& c, const CompressedCall& call, const Layout& l, std::v
 // adds what it receives in rank order, so its sum is deterministic.
 void scatter_reduce(Comm& c, float* data, const Layout& l, const CompressedCall& call) {
   const int n = c.size(), r = c.rank();
-  std::vector<uint8_t> out(l.bytes[n]), in(l.nbytes(r) * n);
+  auto out = c.dev.alloc(l.bytes[n]);
+  auto in = c.dev.alloc(l.nbytes(r) * n);
   for (int i = 0; i < n; ++i) {
     if (i == r) continue;
-    encode(c, call, data + l.elem[i], l.len(i), l.elem[i], key(call, c, r, 0), out.data() + l.bytes[i]);
-    record_residual(c, call, data + l.elem[i], out.data() + l.bytes[i], l.nbytes(i), l.len(i), l.elem[i],
+    encode(c, call, data + l.elem[i], l.len(i), l.elem[i], key(call, c, r, 0), out.get() + l.bytes[i]);
+    record_residual(c, call, data + l.elem[i], out.get() + l.bytes[i], l.nbytes(i), l.len(i), l.elem[i],
                     key(call, c, r, 0));
   }
-  if (call.residual) std::fill(call.residual + l.elem[r], call.residual + l.elem[r + 1], 0.f);
+  clear_residual(c, call, l.elem[r], l.len(r));
   std::vector<const void*> sp(n);
   std::vector<void*> rp(n);
   std::vector<size_t> sb(n), rb(n, l.nbytes(r));
   for (int i = 0; i < n; ++i) {
-    sp[i] = out.data() + l.bytes[i];
+    sp[i] = out.get() + l.bytes[i];
     sb[i] = i == r ? 0 : l.nbytes(i);
-    rp[i] = in.data() + i * l.nbytes(r);
+    rp[i] = in.get() + i * l.nbytes(r);
   }
   rb[r] = 0;
   alltoall(c, sp, sb, rp, rb);
   CodecTimer t(c);
   for (int j = 0; j < n; ++j) {
     if (j == r) continue;
-    codec::decode_accumulate(call.spec, in.data() + j * l.nbytes(r), l.nbytes(r), l.len(r), l.elem[r],
-                             key(call, c, j, 0), data + l.elem[r]);
+    c.dev.decode_accumulate(call.spec, in.get() + j * l.nbytes(r), l.nbytes(r), l.len(r), l.elem[r],
+                            key(call, c, j, 0), data + l.elem[r]);
   }
 }
 
+// Phase 2 of sra and ring: the owner encodes its reduced part once; all gather and decode.
+void owner_gather(Comm& c, float* data, const Layout& l, const CompressedCall& call, uint32_t step_base) {
+  const int r = c.rank();
+  auto wire = c.dev.alloc(l.bytes.back());
+  encode(c, call, data + l.elem[r], l.len(r), l.elem[r], key(call, c, r, kGatherPhase), wire.get() + l.bytes[r]);
+  gather_encoded(c, call, l, wire.get(), data, step_base);
+}
+
 void sra(Comm& c, float* data, size_t count, const CompressedCall& call) {
-  const int n = c.size(), r = c.rank();
-  const Layout l = layout(call.spec, count, n);
+  const Layout l = layout(call.spec, count, c.size());
   scatter_reduce(c, data, l, call);
-  // Phase 2: the owner encodes its reduced part once; everybody gathers and decodes all parts.
-  std::vector<uint8_t> wire(l.bytes[n]);
-  encode(c, call, data + l.elem[r], l.len(r), l.elem[r], key(call, c, r, kGatherPhase),
-         wire.data() + l.bytes[r]);
-  gather_encoded(c, call, l, wire, data, 1);
+  owner_gather(c, data, l, call, 1);
 }
 
 void ring(Comm& c, float* data, size_t count, const CompressedCall& call) {
@@ -123,87 +130,77 @@ void ring(Comm& c, float* data, size_t count, const CompressedCall& call) {
   auto part = [&](int i) { return ((i % n) + n) % n; };
   size_t max_bytes = 0;
   for (int i = 0; i < n; ++i) max_bytes = std::max(max_bytes, l.nbytes(i));
-  std::vector<uint8_t> send_buf[2] = {std::vector<uint8_t>(max_bytes), std::vector<uint8_t>(max_bytes)};
-  std::vector<uint8_t> recv_buf(max_bytes);
+  auto out = c.dev.alloc(max_bytes), in = c.dev.alloc(max_bytes);
 
-  // Step s: receive the partial sum of part (r-s-2) encoded by the left neighbour at its
-  // phase s+1, add mine, re-encode at phase s+2 and pass it on; the last step keeps it.
-  int p0 = part(r - 1);
-  encode(c, call, data + l.elem[p0], l.len(p0), l.elem[p0], key(call, c, r, 1), send_buf[0].data());
-  record_residual(c, call, data + l.elem[p0], send_buf[0].data(), l.nbytes(p0), l.len(p0), l.elem[p0],
-                  key(call, c, r, 1));
-  auto pending = c.isend(send_buf[0].data(), l.nbytes(p0), right, 0);
+  // Step s sends the partial sum of part (r-s-1) (encoded at phase s+1) and receives that of
+  // part (r-s-2) from the left, adds its own and re-encodes it for the next step; the last
+  // step keeps the sum of its own part r.
+  const int p0 = part(r - 1);
+  encode(c, call, data + l.elem[p0], l.len(p0), l.elem[p0], key(call, c, r, 1), out.get());
+  record_residual(c, call, data + l.elem[p0], out.get(), l.nbytes(p0), l.len(p0), l.elem[p0], key(call, c, r, 1));
   for (int s = 0; s + 1 < n; ++s) {
-    const int p = part(r - s - 2);
-    auto q = c.irecv(recv_buf.data(), l.nbytes(p), left, s);
-    c.wait(*q, left, "compressed reduce-scatter receive from");
+    const int sp = part(r - s - 1), p = part(r - s - 2);
+    c.net.group_start();
+    auto snd = c.isend(out.get(), l.nbytes(sp), right, s);
+    auto rcv = c.irecv(in.get(), l.nbytes(p), left, s);
+    c.net.group_end();
+    c.wait(*rcv, left, "compressed reduce-scatter receive from");
+    c.wait(*snd, right, "compressed reduce-scatter send to");
     const RngKey dec = key(call, c, left, s + 1);
+    CodecTimer t(c);
     if (s + 2 < n) {
-      c.wait(*pending, right, "compressed reduce-scatter send to");
-      auto& out = send_buf[(s + 1) % 2];
-      {
-        CodecTimer t(c);
-        codec::decode_add_encode(call.spec, recv_buf.data(), l.nbytes(p), data + l.elem[p], l.len(p),
-                                 l.elem[p], dec, key(call, c, r, s + 2), out.data());
-      }
-      // This rank's share of a part it forwards can't be told apart from the others' any more:
+      c.dev.decode_add_encode(call.spec, in.get(), l.nbytes(p), data + l.elem[p], l.len(p), l.elem[p], dec,
+                              key(call, c, r, s + 2), out.get());
+      // This rank's share of a forwarded sum can't be told apart from the others' any more:
       // its residual is that of a local encode (an approximation, docs/algorithms.md).
       if (call.residual) {
-        std::vector<uint8_t> own(l.nbytes(p));
-        encode(c, call, data + l.elem[p], l.len(p), l.elem[p], key(call, c, r, s + 2), own.data());
-        record_residual(c, call, data + l.elem[p], own.data(), own.size(), l.len(p), l.elem[p],
-                        key(call, c, r, s + 2));
+        auto own = c.dev.alloc(l.nbytes(p));
+        c.dev.encode(call.spec, codec::InType::F32, data + l.elem[p], l.len(p), l.elem[p], key(call, c, r, s + 2),
+                     own.get());
+        c.dev.decode(call.spec, own.get(), l.nbytes(p), l.len(p), l.elem[p], key(call, c, r, s + 2),
+                     call.residual + l.elem[p]);
+        c.dev.residual(call.residual + l.elem[p], data + l.elem[p], l.len(p));
       }
-      pending = c.isend(out.data(), l.nbytes(p), right, s + 1);
     } else {
-      CodecTimer t(c);
-      codec::decode_accumulate(call.spec, recv_buf.data(), l.nbytes(p), l.len(p), l.elem[p], dec,
-                               data + l.elem[p]);
+      c.dev.decode_accumulate(call.spec, in.get(), l.nbytes(p), l.len(p), l.elem[p], dec, data + l.elem[p]);
     }
   }
-  c.wait(*pending, right, "compressed reduce-scatter send to");
-  if (call.residual) std::fill(call.residual + l.elem[r], call.residual + l.elem[r + 1], 0.f);
-  std::vector<uint8_t> wire(l.bytes[n]);
-  encode(c, call, data + l.elem[r], l.len(r), l.elem[r], key(call, c, r, kGatherPhase), wire.data() + l.bytes[r]);
-  gather_encoded(c, call, l, wire, data, static_cast<uint32_t>(n));
+  clear_residual(c, call, l.elem[r], l.len(r));
+  owner_gather(c, data, l, call, static_cast<uint32_t>(n));
 }
 
 void topk(Comm& c, float* data, size_t count, const CompressedCall& call) {
   const int n = c.size(), r = c.rank();
   const size_t pb = codec::encoded_bytes(call.spec, count);
-  std::vector<uint8_t> wire(pb * n);
-  encode(c, call, data, count, 0, key(call, c, r, 0), wire.data() + pb * r);
-  record_residual(c, call, data, wire.data() + pb * r, pb, count, 0, key(call, c, r, 0));
+  auto wire = c.dev.alloc(pb * n);
+  encode(c, call, data, count, 0, key(call, c, r, 0), wire.get() + pb * r);
+  record_residual(c, call, data, wire.get() + pb * r, pb, count, 0, key(call, c, r, 0));
   std::vector<size_t> begin(n + 1);
   for (int i = 0; i <= n; ++i) begin[i] = pb * i;
-  ring_allgather(c, Buf{wire.data(), wire.size(), DType::U8}, begin, 0);
+  ring_allgather(c, Buf{wire.get(), pb * n, DType::U8}, begin, 0);
   CodecTimer t(c);
-  std::fill(data, data + count, 0.f);
-  for (int j = 0; j < n; ++j) {
-    codec::decode_accumulate(call.spec, wire.data() + pb * j, pb, count, 0, key(call, c, j, 0), data);
+  c.dev.zero(data, count * sizeof(float));
+  for (int j = 0; j < n; ++j) {  // rank order, the same on every rank
+    c.dev.decode_accumulate(call.spec, wire.get() + pb * j, pb, count, 0, key(call, c, j, 0), data);
   }
 }
 
 void randomk(Comm& c, float* data, size_t count, const CompressedCall& call) {
   // Every rank selects the same indices (keyed by seed and seq only), so the k values can be
-  // summed by an exact all-reduce. Slot 0 carries the "saw a NaN/Inf" flag as NaN.
+  // summed by an exact all-reduce; slot 0 carries the "saw a NaN/Inf" flag as NaN.
   const size_t pb = codec::encoded_bytes(call.spec, count);
-  const RngKey k = key(call, c, c.rank(), 0);
-  std::vector<uint8_t> payload(pb);
-  encode(c, call, data, count, 0, k, payload.data());
-  record_residual(c, call, data, payload.data(), pb, count, 0, k);
-  const size_t kept = (pb - 8) / sizeof(float);
-  std::vector<float> vals(kept + 1);
-  uint32_t flags;
-  std::memcpy(&flags, payload.data() + 4, 4);
-  vals[0] = flags ? std::nanf("") : 0.f;
-  std::memcpy(vals.data() + 1, payload.data() + 8, kept * sizeof(float));
-  allreduce(c, Buf{vals.data(), vals.size(), DType::F32}, RedOp::Sum, AllreduceAlgo::Auto);
-  flags = std::isnan(vals[0]) ? 1u : 0u;
-  std::memcpy(payload.data() + 4, &flags, 4);
-  std::memcpy(payload.data() + 8, vals.data() + 1, kept * sizeof(float));
+  const size_t k = static_cast<size_t>(codec::k_for(call.spec, count));
+  const RngKey key0 = key(call, c, c.rank(), 0);
+  auto payload = c.dev.alloc(pb);
+  auto vals = c.dev.alloc((k + 1) * sizeof(float));
+  float* v = reinterpret_cast<float*>(vals.get());
+  encode(c, call, data, count, 0, key0, payload.get());
+  record_residual(c, call, data, payload.get(), pb, count, 0, key0);
+  c.dev.randomk_to_values(payload.get(), k, v);
+  allreduce(c, Buf{v, k + 1, DType::F32}, RedOp::Sum, AllreduceAlgo::Auto);
+  c.dev.randomk_from_values(v, k, payload.get());
   CodecTimer t(c);
-  codec::decode(call.spec, payload.data(), pb, count, 0, k, data);
+  c.dev.decode(call.spec, payload.get(), pb, count, 0, key0, data);
 }
 
 }  // namespace
@@ -242,12 +239,13 @@ void compressed_allreduce(Comm& c, float* data, size_t count, const CompressedCa
   if (c.size() == 1 || count == 0) {
     // Still one encode/decode round trip, so results do not depend on the world size's path.
     if (count == 0) return;
-    std::vector<uint8_t> wire(codec::encoded_bytes(call.spec, count));
+    const size_t bytes = codec::encoded_bytes(call.spec, count);
+    auto wire = c.dev.alloc(bytes);
     const RngKey k = key(call, c, 0, kGatherPhase);
-    encode(c, call, data, count, 0, k, wire.data());
-    record_residual(c, call, data, wire.data(), wire.size(), count, 0, k);
+    encode(c, call, data, count, 0, k, wire.get());
+    record_residual(c, call, data, wire.get(), bytes, count, 0, k);
     CodecTimer t(c);
-    codec::decode(call.spec, wire.data(), wire.size(), count, 0, k, data);
+    c.dev.decode(call.spec, wire.get(), bytes, count, 0, k, data);
     return;
   }
   switch (choose_compressed(call.spec, call.algo)) {

@@ -5,7 +5,6 @@
 #include <vector>
 
 #include "collective/algorithms.h"
-#include "collective/reduce.h"
 
 namespace ringzip {
 
@@ -16,7 +15,8 @@ void rd_allreduce(Comm& c, Buf data, RedOp op) {
   while (p * 2 <= n) p *= 2;
   const int extra = n - p;
   const uint32_t last_step = 31;
-  std::vector<char> scratch(data.bytes());
+  auto scratch_mem = c.dev.alloc(data.bytes());
+  void* scratch = scratch_mem.get();
 
   if (r >= p) {
     auto s = c.isend(data.data, data.bytes(), r - p, 0);
@@ -26,18 +26,20 @@ void rd_allreduce(Comm& c, Buf data, RedOp op) {
     return;
   }
   if (r < extra) {
-    auto q = c.irecv(scratch.data(), data.bytes(), r + p, 0);
+    auto q = c.irecv(scratch, data.bytes(), r + p, 0);
     c.wait(*q, r + p, "fold receive from");
-    reduce_into(data.dtype, op, data.data, scratch.data(), data.count);
+    c.dev.reduce_into(data.dtype, op, data.data, scratch, data.count);
   }
   uint32_t step = 1;
   for (int mask = 1; mask < p; mask <<= 1, ++step) {
     const int partner = r ^ mask;
-    auto q = c.irecv(scratch.data(), data.bytes(), partner, step);
+    c.net.group_start();
+    auto q = c.irecv(scratch, data.bytes(), partner, step);
     auto s = c.isend(data.data, data.bytes(), partner, step);
+    c.net.group_end();
     c.wait(*q, partner, "exchange receive from");
     c.wait(*s, partner, "exchange send to");
-    reduce_into(data.dtype, op, data.data, scratch.data(), data.count);
+    c.dev.reduce_into(data.dtype, op, data.data, scratch, data.count);
   }
   if (r < extra) {
     auto s = c.isend(data.data, data.bytes(), r + p, last_step);

@@ -1,20 +1,50 @@
-// Ring reduce-scatter and allgather, segmented so that the transfer of one segment overlaps
-// the reduction of the previous one (each reduced segment is forwarded at once).
+// Ring reduce-scatter and allgather. Each step posts its sends and receives as one group
+// (a GPU transport must match them together), in segments, and reduces each received
+// segment as soon as it lands, so transfer of the next segments overlaps the reduction.
 #include <algorithm>
 #include <vector>
 
 #include "collective/algorithms.h"
-#include "collective/reduce.h"
 
 namespace ringzip {
 namespace {
 
-// Big enough to amortize a message's fixed cost, small enough to keep the pipeline full.
+// Big enough to amortize a message's fixed cost, small enough to keep transfer and
+// reduction overlapped within a step.
 constexpr size_t kSegmentBytes = 256 << 10;
 
-struct Segments {
-  size_t elems_per_seg;
-  size_t count(size_t part_elems) const { return (part_elems + elems_per_seg - 1) / elems_per_seg; }
+struct Ring {
+  Comm& c;
+  Buf data;
+  const std::vector<size_t>& begin;
+  int n, r, right, left;
+  size_t esz, seg;
+
+  Ring(Comm& comm, Buf d, const std::vector<size_t>& b)
+      : c(comm), data(d), begin(b), n(comm.size()), r(comm.rank()), right((r + 1) % n),
+        left((r + n - 1) % n), esz(dtype_size(d.dtype)), seg(std::max<size_t>(1, kSegmentBytes / esz)) {}
+  int part(int i) const { return ((i % n) + n) % n; }
+  size_t len(int p) const { return begin[p + 1] - begin[p]; }
+  size_t segments(int p) const { return (len(p) + seg - 1) / seg; }
+  size_t seg_len(int p, size_t j) const { return std::min(seg, len(p) - j * seg); }
+
+  // One step: send part `sp` to the right, receive part `rp` from the left into `dst`
+  // (segment j at dst + j*seg elements); `on_segment(j)` runs as segment j arrives.
+  template <typename F>
+  void step(uint32_t tag, int sp, int rp, char* dst, F on_segment) {
+    std::vector<std::unique_ptr<Request>> sends, recvs;
+    c.net.group_start();
+    for (size_t j = 0; j < segments(sp); ++j)
+      sends.push_back(c.isend(data.at(begin[sp] + j * seg), seg_len(sp, j) * esz, right, tag));
+    for (size_t j = 0; j < segments(rp); ++j)
+      recvs.push_back(c.irecv(dst + j * seg * esz, seg_len(rp, j) * esz, left, tag));
+    c.net.group_end();
+    for (size_t j = 0; j < recvs.size(); ++j) {
+      c.wait(*recvs[j], left, "ring receive from");
+      on_segment(j);
+    }
+    for (auto& s : sends) c.wait(*s, right, "ring send to");
+  }
 };
 
 }  // namespace
@@ -25,90 +55,31 @@ std::vector<size_t> even_parts(size_t count, int parts) {
   return begin;
 }
 
-void ring_reduce_scatter(Comm& c, Buf data, RedOp op, const std::vector<size_t>& begin,
-                         uint32_t step_base) {
-  const int n = c.size(), r = c.rank();
-  if (n == 1) return;
-  const int right = (r + 1) % n, left = (r + n - 1) % n;
-  const size_t esz = dtype_size(data.dtype);
-  const Segments seg{std::max<size_t>(1, kSegmentBytes / esz)};
-  auto part = [&](int i) { return ((i % n) + n) % n; };
-  auto len = [&](int p) { return begin[p + 1] - begin[p]; };
+void ring_reduce_scatter(Comm& c, Buf data, RedOp op, const std::vector<size_t>& begin, uint32_t step_base) {
+  if (c.size() == 1) return;
+  Ring ring(c, data, begin);
   size_t max_part = 0;
-  for (int p = 0; p < n; ++p) max_part = std::max(max_part, len(p));
-  std::vector<char> scratch(2 * max_part * esz);
-
-  std::vector<std::unique_ptr<Request>> sends;
-  std::vector<int> send_peers;
-  auto send_seg = [&](int p, size_t j, int step) {
-    size_t off = j * seg.elems_per_seg, cnt = std::min(seg.elems_per_seg, len(p) - off);
-    sends.push_back(c.isend(data.at(begin[p] + off), cnt * esz, right, step_base + step));
-    send_peers.push_back(right);
-  };
-  // Step s receives part (r-s-2) from the left, adds its own, forwards it as step s+1.
-  auto post_recvs = [&](int step) {
-    std::vector<std::unique_ptr<Request>> recvs;
-    int p = part(r - step - 2);
-    char* buf = scratch.data() + (step % 2) * max_part * esz;
-    for (size_t j = 0; j < seg.count(len(p)); ++j) {
-      size_t off = j * seg.elems_per_seg, cnt = std::min(seg.elems_per_seg, len(p) - off);
-      recvs.push_back(c.irecv(buf + off * esz, cnt * esz, left, step_base + step));
-    }
-    return recvs;
-  };
-
-  for (size_t j = 0; j < seg.count(len(part(r - 1))); ++j) send_seg(part(r - 1), j, 0);
-  auto recvs = post_recvs(0);
-  for (int s = 0; s + 1 < n; ++s) {
-    std::vector<std::unique_ptr<Request>> next;
-    if (s + 2 < n) next = post_recvs(s + 1);
-    const int p = part(r - s - 2);
-    const char* buf = scratch.data() + (s % 2) * max_part * esz;
-    for (size_t j = 0; j < recvs.size(); ++j) {
-      c.wait(*recvs[j], left, "reduce-scatter receive from");
-      size_t off = j * seg.elems_per_seg, cnt = std::min(seg.elems_per_seg, len(p) - off);
-      reduce_into(data.dtype, op, data.at(begin[p] + off), buf + off * esz, cnt);
-      if (s + 2 < n) send_seg(p, j, s + 1);
-    }
-    recvs = std::move(next);
+  for (int p = 0; p < ring.n; ++p) max_part = std::max(max_part, ring.len(p));
+  auto scratch = c.dev.alloc(max_part * ring.esz);
+  // Step s sends part (r-s-1) and receives part (r-s-2), adding it to its own; after n-1
+  // steps part r holds the full reduction.
+  for (int s = 0; s + 1 < ring.n; ++s) {
+    const int rp = ring.part(ring.r - s - 2);
+    char* buf = reinterpret_cast<char*>(scratch.get());
+    ring.step(step_base + s, ring.part(ring.r - s - 1), rp, buf, [&](size_t j) {
+      c.dev.reduce_into(data.dtype, op, data.at(begin[rp] + j * ring.seg), buf + j * ring.seg * ring.esz,
+                        ring.seg_len(rp, j));
+    });
   }
-  c.wait_all(sends, send_peers, "reduce-scatter send to");
 }
 
 void ring_allgather(Comm& c, Buf data, const std::vector<size_t>& begin, uint32_t step_base) {
-  const int n = c.size(), r = c.rank();
-  if (n == 1) return;
-  const int right = (r + 1) % n, left = (r + n - 1) % n;
-  const size_t esz = dtype_size(data.dtype);
-  const Segments seg{std::max<size_t>(1, kSegmentBytes / esz)};
-  auto part = [&](int i) { return ((i % n) + n) % n; };
-  auto len = [&](int p) { return begin[p + 1] - begin[p]; };
-
-  std::vector<std::unique_ptr<Request>> sends;
-  std::vector<int> send_peers;
-  auto send_seg = [&](int p, size_t j, int step) {
-    size_t off = j * seg.elems_per_seg, cnt = std::min(seg.elems_per_seg, len(p) - off);
-    sends.push_back(c.isend(data.at(begin[p] + off), cnt * esz, right, step_base + step));
-    send_peers.push_back(right);
-  };
-  // Every received part lands in its final place, so all receives can be posted up front.
-  std::vector<std::vector<std::unique_ptr<Request>>> recvs(n - 1);
-  for (int s = 0; s + 1 < n; ++s) {
-    int p = part(r - s - 1);
-    for (size_t j = 0; j < seg.count(len(p)); ++j) {
-      size_t off = j * seg.elems_per_seg, cnt = std::min(seg.elems_per_seg, len(p) - off);
-      recvs[s].push_back(c.irecv(data.at(begin[p] + off), cnt * esz, left, step_base + s));
-    }
+  if (c.size() == 1) return;
+  Ring ring(c, data, begin);
+  for (int s = 0; s + 1 < ring.n; ++s) {
+    const int rp = ring.part(ring.r - s - 1);
+    ring.step(step_base + s, ring.part(ring.r - s), rp, data.at(begin[rp]), [](size_t) {});
   }
-  for (size_t j = 0; j < seg.count(len(r)); ++j) send_seg(r, j, 0);
-  for (int s = 0; s + 1 < n; ++s) {
-    int p = part(r - s - 1);
-    for (size_t j = 0; j < recvs[s].size(); ++j) {
-      c.wait(*recvs[s][j], left, "allgather receive from");
-      if (s + 2 < n) send_seg(p, j, s + 1);
-    }
-  }
-  c.wait_all(sends, send_peers, "allgather send to");
 }
 
 void ring_allreduce(Comm& c, Buf data, RedOp op) {

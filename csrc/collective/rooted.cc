@@ -3,7 +3,6 @@
 #include <vector>
 
 #include "collective/algorithms.h"
-#include "collective/reduce.h"
 
 namespace ringzip {
 
@@ -23,23 +22,26 @@ void broadcast(Comm& c, Buf data, int root) {
   }
   std::vector<std::unique_ptr<Request>> sends;
   std::vector<int> peers;
+  c.net.group_start();
   for (mask >>= 1; mask > 0; mask >>= 1) {
     if (vr + mask < n) {
       sends.push_back(c.isend(data.data, data.bytes(), real(vr + mask), 0));
       peers.push_back(real(vr + mask));
     }
   }
+  c.net.group_end();
   c.wait_all(sends, peers, "broadcast send to");
 }
 
 void reduce(Comm& c, Buf data, RedOp op, int root) {
   const int n = c.size(), r = c.rank();
   if (n == 1) return;
-  std::vector<char> copy;
+  std::shared_ptr<uint8_t> copy;
   Buf work = data;
   if (r != root) {  // non-root inputs stay untouched
-    copy.assign(static_cast<char*>(data.data), static_cast<char*>(data.data) + data.bytes());
-    work.data = copy.data();
+    copy = c.dev.alloc(data.bytes());
+    c.dev.copy(copy.get(), data.data, data.bytes());
+    work.data = copy.get();
   }
   auto begin = even_parts(data.count, n);
   ring_reduce_scatter(c, work, op, begin, 0);
@@ -48,11 +50,13 @@ void reduce(Comm& c, Buf data, RedOp op, int root) {
   if (r == root) {
     std::vector<std::unique_ptr<Request>> recvs;
     std::vector<int> peers;
+    c.net.group_start();
     for (int i = 0; i < n; ++i) {
       if (i == r) continue;
       recvs.push_back(c.irecv(work.at(begin[i]), (begin[i + 1] - begin[i]) * esz, i, step));
       peers.push_back(i);
     }
+    c.net.group_end();
     c.wait_all(recvs, peers, "reduce receive from");
   } else {
     auto s = c.isend(work.at(begin[r]), (begin[r + 1] - begin[r]) * esz, root, step);
@@ -68,11 +72,13 @@ void gather(Comm& c, const void* in, size_t bytes, const std::vector<void*>& out
   }
   std::vector<std::unique_ptr<Request>> recvs;
   std::vector<int> peers;
+  c.net.group_start();
   for (int i = 0; i < c.size(); ++i) {
     if (i == root) continue;
     recvs.push_back(c.irecv(out[i], bytes, i, 0));
     peers.push_back(i);
   }
+  c.net.group_end();
   c.wait_all(recvs, peers, "gather receive from");
 }
 
@@ -84,11 +90,13 @@ void scatter(Comm& c, const std::vector<const void*>& in, void* out, size_t byte
   }
   std::vector<std::unique_ptr<Request>> sends;
   std::vector<int> peers;
+  c.net.group_start();
   for (int i = 0; i < c.size(); ++i) {
     if (i == root) continue;
     sends.push_back(c.isend(in[i], bytes, i, 0));
     peers.push_back(i);
   }
+  c.net.group_end();
   c.wait_all(sends, peers, "scatter send to");
 }
 

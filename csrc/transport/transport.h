@@ -28,6 +28,10 @@ class Transport {
   virtual std::unique_ptr<Request> isend(const void* data, size_t bytes, int peer, uint32_t tag) = 0;
   virtual std::unique_ptr<Request> irecv(void* data, size_t bytes, int peer, uint32_t tag) = 0;
   virtual std::unique_ptr<Request> irecv_any(void* data, size_t bytes, uint32_t tag) = 0;
+  // Brackets posts that must be issued together (NCCL groups concurrent sends and receives so
+  // a ring step can't deadlock); host transports post each at once and ignore the brackets.
+  virtual void group_start() {}
+  virtual void group_end() {}
 };
 
 // A request that is already complete (zero-byte transfers never touch the network).

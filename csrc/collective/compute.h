@@ -1,0 +1,45 @@
+#pragma once
+// Where an algorithm's buffers live and how its element-wise work runs there. Algorithms
+// call only these (and the Transport), so the same algorithm runs on host memory with the CPU
+// kernels and on device memory with the CUDA twins on a stream.
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "codec/codec.h"
+#include "common/types.h"
+
+namespace ringzip {
+
+class Compute {
+ public:
+  virtual ~Compute() = default;
+  // Scratch memory in the compute's address space, freed when the pointer is dropped (for a
+  // device, not before the work queued on it has used it).
+  virtual std::shared_ptr<uint8_t> alloc(size_t bytes) = 0;
+  virtual void copy(void* dst, const void* src, size_t bytes) = 0;
+  virtual void zero(void* dst, size_t bytes) = 0;
+  virtual void reduce_into(DType t, RedOp op, void* acc, const void* in, size_t n) = 0;
+  virtual void scale(DType t, void* data, size_t n, double factor) = 0;
+  // r[i] = x[i] - r[i] (error feedback: r held decode(encode(x))).
+  virtual void residual(float* r, const float* x, size_t n) = 0;
+
+  virtual void encode(const codec::Spec& s, codec::InType t, const void* x, int64_t n, int64_t off,
+                      const codec::RngKey& k, uint8_t* out) = 0;
+  virtual void decode(const codec::Spec& s, const uint8_t* in, size_t bytes, int64_t n, int64_t off,
+                      const codec::RngKey& k, float* out) = 0;
+  virtual void decode_accumulate(const codec::Spec& s, const uint8_t* in, size_t bytes, int64_t n,
+                                 int64_t off, const codec::RngKey& k, float* acc) = 0;
+  virtual void decode_add_encode(const codec::Spec& s, const uint8_t* in, size_t bytes, const float* local,
+                                 int64_t n, int64_t off, const codec::RngKey& dk, const codec::RngKey& ek,
+                                 uint8_t* out) = 0;
+  // random-k: moves the k values (and the non-finite flag, as NaN in slot 0) of a payload
+  // into k+1 summable floats, and back.
+  virtual void randomk_to_values(const uint8_t* payload, size_t k, float* vals) = 0;
+  virtual void randomk_from_values(const float* vals, size_t k, uint8_t* payload) = 0;
+};
+
+// The CPU implementation (kernels in codec/*_cpu.cc and collective/reduce.cc).
+Compute& host_compute();
+
+}  // namespace ringzip
