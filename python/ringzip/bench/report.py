@@ -55,7 +55,7 @@ def _columns(rows):
 def legend(rows) -> list[str]:
     lines = ["# time = median over iterations of the slowest rank (barrier-aligned starts); "
              "algbw/busbw/wirebw in GB/s (1e9 B/s)",
-             "# busbw = algbw * bus factor (all-reduce 2(n-1)/n); r = bytes_in/bytes_wire (ringzip stats); "
+             "# busbw = algbw * bus factor (all-reduce 2(n-1)/n); r = bytes an exact ring all-reduce sends / bytes sent (ringzip stats); "
              "wirebw = busbw / r; speedup = gloo time / time",
              "# maxerr / relerr: max |out - ref| and ||out - ref||_2 / ||ref||_2 vs an fp64 reference; "
              "same = all ranks bitwise identical"]

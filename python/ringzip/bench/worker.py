@@ -27,7 +27,7 @@ from .plan import build_plan
 
 
 def _stats_bytes(stats) -> tuple[float, float] | None:
-    """Sum bytes_in / bytes_wire over whatever shape ringzip.stats() returns (dict, nested, obj)."""
+    """Sum (bytes an exact ring all-reduce would send, bytes sent) over ringzip.stats() entries."""
     tot = [0.0, 0.0]
     found = False
 
@@ -37,7 +37,7 @@ def _stats_bytes(stats) -> tuple[float, float] | None:
             return
         if isinstance(obj, dict):
             if "bytes_in" in obj and "bytes_wire" in obj:
-                tot[0] += float(obj["bytes_in"])
+                tot[0] += float(obj.get("bytes_dense_equiv", obj["bytes_in"]))
                 tot[1] += float(obj["bytes_wire"])
                 found = True
                 return
@@ -214,7 +214,8 @@ def combine(spec, item, case: OpCase, results: list[dict], n: int) -> dict:
         st = [r["stats"] for r in results if r["stats"] is not None]
         b_in = sum(s[0] for s in st)
         b_wire = sum(s[1] for s in st)
-        ratio = (b_in / b_wire) if (st and b_wire > 0) else None
+        # No compressed call in the window: the policy kept this size exact (below min_numel).
+        ratio = (b_in / b_wire) if (st and b_wire > 0) else 1.0
         row["stats_bytes_in"], row["stats_bytes_wire"] = (b_in, b_wire) if st else (None, None)
     row["ratio"] = ratio
     if ratio:
