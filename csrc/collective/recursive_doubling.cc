@@ -51,7 +51,7 @@ AllreduceAlgo choose_allreduce(size_t bytes, int ranks, AllreduceAlgo requested)
   if (requested != AllreduceAlgo::Auto) return requested;
   // Recursive doubling moves log2(n) whole buffers, the ring 2(n-1)/n of one buffer in
   // 2(n-1) latency-bound steps: below this size latency dominates (bench/results).
-  constexpr size_t kRingThreshold = 64 << 10;
+  constexpr size_t kRingThreshold = 1 << 20;
   return bytes < kRingThreshold ? AllreduceAlgo::RecursiveDoubling : AllreduceAlgo::Ring;
 }
 

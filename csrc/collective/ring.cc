@@ -1,6 +1,11 @@
-// Ring reduce-scatter and allgather. Each step posts its sends and receives as one group
-// (a GPU transport must match them together), in segments, and reduces each received
-// segment as soon as it lands, so transfer of the next segments overlaps the reduction.
+// Ring reduce-scatter and allgather, in segments so transfer overlaps reduction.
+//
+// Two schedules of the same steps, chosen by what the transport allows:
+//  - eager (host transports): receives are posted a step ahead into double buffers and each
+//    reduced segment is forwarded at once, so segments stream through the ring across steps;
+//  - grouped (stream-ordered transports such as NCCL): each step's sends and receives are
+//    posted as one group, then reduced; posting a receive whose send sits in a later group
+//    would deadlock there.
 #include <algorithm>
 #include <vector>
 
@@ -9,9 +14,9 @@
 namespace ringzip {
 namespace {
 
-// Big enough to amortize a message's fixed cost, small enough to keep transfer and
-// reduction overlapped within a step.
-constexpr size_t kSegmentBytes = 256 << 10;
+// Few, large messages: per-message costs (thread wake-ups, rendezvous) dominate on a busy
+// host, and 4 MiB still gives several segments per part above ~16 MiB (bench/results).
+constexpr size_t kSegmentBytes = 4 << 20;
 
 struct Ring {
   Comm& c;
@@ -19,6 +24,8 @@ struct Ring {
   const std::vector<size_t>& begin;
   int n, r, right, left;
   size_t esz, seg;
+  std::vector<std::unique_ptr<Request>> sends;
+  std::vector<int> send_peers;
 
   Ring(Comm& comm, Buf d, const std::vector<size_t>& b)
       : c(comm), data(d), begin(b), n(comm.size()), r(comm.rank()), right((r + 1) % n),
@@ -27,24 +34,18 @@ struct Ring {
   size_t len(int p) const { return begin[p + 1] - begin[p]; }
   size_t segments(int p) const { return (len(p) + seg - 1) / seg; }
   size_t seg_len(int p, size_t j) const { return std::min(seg, len(p) - j * seg); }
+  char* at(int p, size_t j) const { return data.at(begin[p] + j * seg); }
 
-  // One step: send part `sp` to the right, receive part `rp` from the left into `dst`
-  // (segment j at dst + j*seg elements); `on_segment(j)` runs as segment j arrives.
-  template <typename F>
-  void step(uint32_t tag, int sp, int rp, char* dst, F on_segment) {
-    std::vector<std::unique_ptr<Request>> sends, recvs;
-    c.net.group_start();
-    for (size_t j = 0; j < segments(sp); ++j)
-      sends.push_back(c.isend(data.at(begin[sp] + j * seg), seg_len(sp, j) * esz, right, tag));
-    for (size_t j = 0; j < segments(rp); ++j)
-      recvs.push_back(c.irecv(dst + j * seg * esz, seg_len(rp, j) * esz, left, tag));
-    c.net.group_end();
-    for (size_t j = 0; j < recvs.size(); ++j) {
-      c.wait(*recvs[j], left, "ring receive from");
-      on_segment(j);
-    }
-    for (auto& s : sends) c.wait(*s, right, "ring send to");
+  void send(int p, size_t j, uint32_t tag) {
+    sends.push_back(c.isend(at(p, j), seg_len(p, j) * esz, right, tag));
+    send_peers.push_back(right);
   }
+  std::vector<std::unique_ptr<Request>> recv(int p, char* dst, uint32_t tag) {
+    std::vector<std::unique_ptr<Request>> q;
+    for (size_t j = 0; j < segments(p); ++j) q.push_back(c.irecv(dst + j * seg * esz, seg_len(p, j) * esz, left, tag));
+    return q;
+  }
+  void finish() { c.wait_all(sends, send_peers, "ring send to"); }
 };
 
 }  // namespace
@@ -55,31 +56,75 @@ std::vector<size_t> even_parts(size_t count, int parts) {
   return begin;
 }
 
+// Step s sends part (r-s-1) and receives part (r-s-2), adding it to its own; after n-1 steps
+// part r holds the full reduction.
 void ring_reduce_scatter(Comm& c, Buf data, RedOp op, const std::vector<size_t>& begin, uint32_t step_base) {
   if (c.size() == 1) return;
-  Ring ring(c, data, begin);
+  Ring g(c, data, begin);
   size_t max_part = 0;
-  for (int p = 0; p < ring.n; ++p) max_part = std::max(max_part, ring.len(p));
-  auto scratch = c.dev.alloc(max_part * ring.esz);
-  // Step s sends part (r-s-1) and receives part (r-s-2), adding it to its own; after n-1
-  // steps part r holds the full reduction.
-  for (int s = 0; s + 1 < ring.n; ++s) {
-    const int rp = ring.part(ring.r - s - 2);
-    char* buf = reinterpret_cast<char*>(scratch.get());
-    ring.step(step_base + s, ring.part(ring.r - s - 1), rp, buf, [&](size_t j) {
-      c.dev.reduce_into(data.dtype, op, data.at(begin[rp] + j * ring.seg), buf + j * ring.seg * ring.esz,
-                        ring.seg_len(rp, j));
-    });
+  for (int p = 0; p < g.n; ++p) max_part = std::max(max_part, g.len(p));
+  const bool eager = c.net.eager_receives();
+  auto scratch = c.dev.alloc((eager ? 2 : 1) * max_part * g.esz);
+  auto buf = [&](int s) { return reinterpret_cast<char*>(scratch.get()) + (eager ? s % 2 : 0) * max_part * g.esz; };
+  auto reduce_seg = [&](int p, char* b, size_t j) {
+    c.dev.reduce_into(data.dtype, op, g.at(p, j), b + j * g.seg * g.esz, g.seg_len(p, j));
+  };
+  if (eager) {
+    for (size_t j = 0; j < g.segments(g.part(g.r - 1)); ++j) g.send(g.part(g.r - 1), j, step_base);
+    auto recvs = g.recv(g.part(g.r - 2), buf(0), step_base);
+    for (int s = 0; s + 1 < g.n; ++s) {
+      std::vector<std::unique_ptr<Request>> next;
+      if (s + 2 < g.n) next = g.recv(g.part(g.r - s - 3), buf(s + 1), step_base + s + 1);
+      const int p = g.part(g.r - s - 2);
+      for (size_t j = 0; j < recvs.size(); ++j) {
+        c.wait(*recvs[j], g.left, "ring receive from");
+        reduce_seg(p, buf(s), j);
+        if (s + 2 < g.n) g.send(p, j, step_base + s + 1);
+      }
+      recvs = std::move(next);
+    }
+  } else {
+    for (int s = 0; s + 1 < g.n; ++s) {
+      const int sp = g.part(g.r - s - 1), p = g.part(g.r - s - 2);
+      c.net.group_start();
+      for (size_t j = 0; j < g.segments(sp); ++j) g.send(sp, j, step_base + s);
+      auto recvs = g.recv(p, buf(s), step_base + s);
+      c.net.group_end();
+      for (size_t j = 0; j < recvs.size(); ++j) {
+        c.wait(*recvs[j], g.left, "ring receive from");
+        reduce_seg(p, buf(s), j);
+      }
+    }
   }
+  g.finish();
 }
 
+// Step s forwards part (r-s) and receives part (r-s-1) in place.
 void ring_allgather(Comm& c, Buf data, const std::vector<size_t>& begin, uint32_t step_base) {
   if (c.size() == 1) return;
-  Ring ring(c, data, begin);
-  for (int s = 0; s + 1 < ring.n; ++s) {
-    const int rp = ring.part(ring.r - s - 1);
-    ring.step(step_base + s, ring.part(ring.r - s), rp, data.at(begin[rp]), [](size_t) {});
+  Ring g(c, data, begin);
+  if (c.net.eager_receives()) {
+    // Every part lands in its final place, so all receives can be posted up front.
+    std::vector<std::vector<std::unique_ptr<Request>>> recvs;
+    for (int s = 0; s + 1 < g.n; ++s) recvs.push_back(g.recv(g.part(g.r - s - 1), g.at(g.part(g.r - s - 1), 0), step_base + s));
+    for (size_t j = 0; j < g.segments(g.r); ++j) g.send(g.r, j, step_base);
+    for (int s = 0; s + 1 < g.n; ++s) {
+      for (size_t j = 0; j < recvs[s].size(); ++j) {
+        c.wait(*recvs[s][j], g.left, "ring receive from");
+        if (s + 2 < g.n) g.send(g.part(g.r - s - 1), j, step_base + s + 1);
+      }
+    }
+  } else {
+    for (int s = 0; s + 1 < g.n; ++s) {
+      const int sp = g.part(g.r - s), p = g.part(g.r - s - 1);
+      c.net.group_start();
+      for (size_t j = 0; j < g.segments(sp); ++j) g.send(sp, j, step_base + s);
+      auto recvs = g.recv(p, g.at(p, 0), step_base + s);
+      c.net.group_end();
+      for (auto& q : recvs) c.wait(*q, g.left, "ring receive from");
+    }
   }
+  g.finish();
 }
 
 void ring_allreduce(Comm& c, Buf data, RedOp op) {

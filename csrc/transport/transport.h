@@ -32,6 +32,9 @@ class Transport {
   // a ring step can't deadlock); host transports post each at once and ignore the brackets.
   virtual void group_start() {}
   virtual void group_end() {}
+  // True when a receive may be posted before the matching send's group exists (host
+  // transports buffer by tag); stream-ordered transports say false and get grouped schedules.
+  virtual bool eager_receives() const { return true; }
 };
 
 // A request that is already complete (zero-byte transfers never touch the network).
