@@ -8,4 +8,6 @@ PY=${PYTHON:-python}
 cmake -S . -B build/dev -G Ninja -DPython_EXECUTABLE="$(command -v "$PY")" \
   -DCMAKE_BUILD_TYPE=${BUILD_TYPE:-Release} ${CMAKE_ARGS:-} >/dev/null
 cmake --build build/dev -j "${JOBS:-2}"
-cp -f build/dev/_C*.so python/ringzip/
+for so in build/dev/_C*.so; do  # replace, never overwrite: running processes keep the old file
+  cp -f "$so" "python/ringzip/.$(basename "$so").tmp" && mv -f "python/ringzip/.$(basename "$so").tmp" "python/ringzip/$(basename "$so")"
+done

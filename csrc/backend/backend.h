@@ -121,7 +121,7 @@ class RingzipBackend final : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> maybe_compressed_reduce_scatter(const at::Tensor& out,
                                                                  const at::Tensor& flat_in,
                                                                  const c10d::ReduceScatterOptions& opts,
-                                                                 const char* name, const void* identity);
+                                                                 const char* name, const at::Tensor& identity);
 
   std::unique_ptr<Transport> net_;
   Config cfg_;

@@ -131,7 +131,7 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::reduce_scatter(
   std::vector<at::Tensor> parts;
   for (const auto& t : inputs[0]) parts.push_back(t.reshape({-1}).to(at::kCPU));
   auto flat = at::cat(parts);
-  if (auto w = maybe_compressed_reduce_scatter(outputs[0], flat, opts, "reduce_scatter", inputs[0][0].data_ptr()))
+  if (auto w = maybe_compressed_reduce_scatter(outputs[0], flat, opts, "reduce_scatter", inputs[0][0]))
     return w;
   auto s = Staged::out(outputs[0]);
   return enqueue(c10d::OpType::REDUCE_SCATTER, "reduce_scatter", outputs, opts,
@@ -151,7 +151,7 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::_reduce_scatter_base(
                  input.numel(), " elements, expected output size ", output.numel(), " x group size ", size_);
   auto red = to_reduction(opts.reduceOp, to_dtype(output.scalar_type(), "reduce_scatter_tensor"), size_,
                           "reduce_scatter_tensor");
-  if (auto w = maybe_compressed_reduce_scatter(output, input, opts, "reduce_scatter_tensor", input.data_ptr()))
+  if (auto w = maybe_compressed_reduce_scatter(output, input, opts, "reduce_scatter_tensor", input))
     return w;
   // The reduction runs in place, so it works on a copy: the caller's input stays intact.
   auto flat = input.to(at::kCPU, false, /*copy=*/true).contiguous();
@@ -230,18 +230,25 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::_allgather_base(at::Tensor& outpu
                  });
 }
 
+// outputs[rank][i] receives rank's inputs[i] (one list per rank, as torch and gloo pass them).
 c10::intrusive_ptr<c10d::Work> RingzipBackend::allgather_coalesced(
     std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
     const c10d::AllgatherOptions& opts) {
-  RZ_CHECK_VALUE(outputs.size() == inputs.size(), "allgather_coalesced: ", outputs.size(),
-                 " output lists but ", inputs.size(), " inputs");
-  std::vector<at::Tensor> flats, ins;
-  std::vector<at::Tensor> all_out;
+  RZ_CHECK_VALUE(!inputs.empty(), "allgather_coalesced: no input tensors given");
+  RZ_CHECK_VALUE(outputs.size() == static_cast<size_t>(size_), "allgather_coalesced: ", outputs.size(),
+                 " output lists, expected ", size_, " (one per rank)");
+  std::vector<at::Tensor> ins, all_out;
   for (size_t i = 0; i < inputs.size(); ++i) {
     check_single({inputs[i]}, "allgather_coalesced");
-    check_list(outputs[i], inputs[i], size_, "allgather_coalesced", "output list");
     ins.push_back(inputs[i].reshape({-1}).to(at::kCPU, false, true).contiguous());
-    for (auto& t : outputs[i]) all_out.push_back(t);
+  }
+  for (const auto& list : outputs) {
+    RZ_CHECK_VALUE(list.size() == inputs.size(), "allgather_coalesced: an output list has ", list.size(),
+                   " tensors but there are ", inputs.size(), " inputs");
+    for (size_t i = 0; i < list.size(); ++i) {
+      check_same(list[i], inputs[i], "allgather_coalesced", "an output tensor");
+      all_out.push_back(list[i]);
+    }
   }
   auto outs = outputs;
   return enqueue(c10d::OpType::ALLGATHER_COALESCED, "allgather_coalesced", all_out, opts,
@@ -252,10 +259,10 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::allgather_coalesced(
                      flat.narrow(0, n * c.rank(), n).copy_(ins[i]);
                      ring_allgather(c, buf_of(flat), even_parts(flat.numel(), c.size()));
                      for (int r = 0; r < c.size(); ++r)
-                       outs[i][r].copy_(flat.narrow(0, n * r, n).view(outs[i][r].sizes()));
+                       outs[r][i].copy_(flat.narrow(0, n * r, n).view(outs[r][i].sizes()));
                      ++c.seq;
                    }
-                 }, std::max<uint32_t>(static_cast<uint32_t>(inputs.size()), 1));
+                 }, static_cast<uint32_t>(inputs.size()));
 }
 
 c10::intrusive_ptr<c10d::Work> RingzipBackend::allgather_into_tensor_coalesced(

@@ -31,10 +31,6 @@ CompressedCall call_of(const CompressionConfig& cc) {
   return call;
 }
 
-// Residual update rule: a NaN/Inf step (AMP skips it) must not poison later steps.
-void sanitize(const at::Tensor& residual) {
-  if (residual.defined() && !at::isfinite(residual).all().item<bool>()) residual.zero_();
-}
 
 }  // namespace
 
@@ -58,7 +54,7 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::maybe_compressed_allreduce(
   if (!compressible(cc, t, opts.reduceOp)) return {};
   const auto red = to_reduction(opts.reduceOp, to_dtype(t.scalar_type(), name), size_, name);
   const at::Tensor x = f32_work(t);
-  const at::Tensor res = cc.feedback() ? comp_.residual_for(outputs.at(0).data_ptr(), t.numel()) : at::Tensor();
+  const at::Tensor res = cc.feedback() ? comp_.residual_for(outputs.at(0), t.numel()) : at::Tensor();
   CompressedCall call = call_of(cc);
   const uint64_t in_bytes = t.nbytes();
   return enqueue(c10d::OpType::ALLREDUCE, name, std::move(outputs), opts,
@@ -70,7 +66,6 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::maybe_compressed_allreduce(
                      call.residual = res.data_ptr<float>();
                    }
                    compressed_allreduce(c, x.data_ptr<float>(), x.numel(), call);
-                   sanitize(res);
                    if (red.post != 1.0) x.mul_(red.post);
                    if (!x.is_same(t)) t.copy_(x);
                    if (after) after();
@@ -83,7 +78,7 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::maybe_compressed_allreduce(
 
 c10::intrusive_ptr<c10d::Work> RingzipBackend::maybe_compressed_reduce_scatter(
     const at::Tensor& out, const at::Tensor& flat_in, const c10d::ReduceScatterOptions& opts,
-    const char* name, const void* identity) {
+    const char* name, const at::Tensor& identity) {
   const CompressionConfig cc = compression();
   if (!compressible(cc, flat_in, opts.reduceOp)) return {};
   const auto red = to_reduction(opts.reduceOp, to_dtype(out.scalar_type(), name), size_, name);
@@ -101,7 +96,6 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::maybe_compressed_reduce_scatter(
                      call.residual = res.data_ptr<float>();
                    }
                    compressed_reduce_scatter(c, x.data_ptr<float>(), x.numel(), call);
-                   sanitize(res);
                    const int64_t part = out.numel();
                    auto mine = x.narrow(0, part * c.rank(), part);
                    if (red.post != 1.0) mine.mul_(red.post);

@@ -2,11 +2,22 @@
 
 namespace ringzip {
 
-at::Tensor Compression::residual_for(const void* identity, int64_t numel) {
-  const std::string key = std::to_string(reinterpret_cast<uintptr_t>(identity)) + ":" + std::to_string(numel);
+at::Tensor Compression::residual_for(const at::Tensor& t, int64_t numel) {
+  const std::string key = std::to_string(reinterpret_cast<uintptr_t>(t.storage().unsafeGetStorageImpl())) + ":" +
+                          std::to_string(t.storage_offset()) + ":" + std::to_string(numel);
   std::lock_guard<std::mutex> lock(mu_);
   auto it = residuals_.find(key);
-  if (it != residuals_.end()) return it->second.residual;
+  if (it != residuals_.end() && !it->second.owner.expired()) return it->second.residual;
+  if (it != residuals_.end()) residuals_.erase(it);  // storage freed and its address reused
+  c10::weak_intrusive_ptr<c10::StorageImpl> owner(t.storage().getWeakStorageImpl());
+  for (auto e = residuals_.begin(); e != residuals_.end(); ++e) {
+    if (e->second.owner.expired() && e->second.residual.numel() == numel) {
+      Entry inherited{e->second.slot, e->second.residual, owner};
+      residuals_.erase(e);
+      residuals_.emplace(key, inherited);
+      return inherited.residual;
+    }
+  }
   const int64_t slot = next_slot_++;
   at::Tensor r;
   auto l = loaded_.find(slot);
@@ -16,7 +27,7 @@ at::Tensor Compression::residual_for(const void* identity, int64_t numel) {
   } else {
     r = at::zeros({numel}, at::TensorOptions().dtype(at::kFloat));
   }
-  residuals_.emplace(key, Entry{slot, r});
+  residuals_.emplace(key, Entry{slot, r, owner});
   return r;
 }
 
@@ -45,6 +56,7 @@ std::vector<std::tuple<int64_t, at::Tensor>> Compression::state() const {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<std::tuple<int64_t, at::Tensor>> out;
   for (const auto& [key, e] : residuals_) out.emplace_back(e.slot, e.residual.clone());
+  for (const auto& [slot, r] : loaded_) out.emplace_back(slot, r.clone());  // restored, not yet used
   std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return std::get<0>(a) < std::get<0>(b); });
   return out;
 }

@@ -39,9 +39,11 @@ struct CodecStats {
 
 class Compression {
  public:
-  // Residual buffer of `numel` floats for the tensor at `identity` (its data pointer), so
-  // DDP's bucket buffers reuse theirs from step to step.
-  at::Tensor residual_for(const void* identity, int64_t numel);
+  // Residual buffer of `numel` floats for tensor `t`, keyed by its storage and offset, so
+  // DDP's bucket buffers reuse theirs from step to step. A tensor seen for the first time
+  // inherits the residual of a freed tensor of the same size (the pattern of a fresh gradient
+  // tensor each step), which also bounds the memory to the tensors alive at once.
+  at::Tensor residual_for(const at::Tensor& t, int64_t numel);
   void record(const std::string& codec, const CodecStats& delta);
   std::map<std::string, CodecStats> stats() const;
   void reset_stats();
@@ -54,6 +56,7 @@ class Compression {
   struct Entry {
     int64_t slot;
     at::Tensor residual;
+    c10::weak_intrusive_ptr<c10::StorageImpl> owner;
   };
   mutable std::mutex mu_;
   std::unordered_map<std::string, Entry> residuals_;

@@ -55,7 +55,7 @@ bool P2PWork::wait(std::chrono::milliseconds timeout) {
   }
   try {
     req_->wait(timeout == kNoTimeout ? timeout_ : timeout);
-    source_ = req_->source();
+    if (opType_ != c10d::OpType::SEND) source_ = req_->source();
     if (on_done_) on_done_();
   } catch (const std::exception& e) {
     try {

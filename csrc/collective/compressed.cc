@@ -79,18 +79,45 @@ void gather_encoded(Comm& c, const CompressedCall& call, const Layout& l, uint8_
 }
 
 // SRA phase 1: part i of my data goes, encoded, to its owner i (mine stays exact); the owner
-// adds what it receives in rank order, so its sum is deterministic.
+// adds what it receives in rank order, so its sum is deterministic. On host transports each
+// part is sent as soon as it is encoded and each received part decoded as soon as it lands,
+// so the codec overlaps the transfer; stream-ordered transports post one all-to-all group.
 void scatter_reduce(Comm& c, float* data, const Layout& l, const CompressedCall& call) {
   const int n = c.size(), r = c.rank();
   auto out = c.dev.alloc(l.bytes[n]);
   auto in = c.dev.alloc(l.nbytes(r) * n);
-  for (int i = 0; i < n; ++i) {
-    if (i == r) continue;
+  auto encode_part = [&](int i) {
     encode(c, call, data + l.elem[i], l.len(i), l.elem[i], key(call, c, r, 0), out.get() + l.bytes[i]);
     record_residual(c, call, data + l.elem[i], out.get() + l.bytes[i], l.nbytes(i), l.len(i), l.elem[i],
                     key(call, c, r, 0));
-  }
+  };
+  auto accumulate = [&](int j) {
+    CodecTimer t(c);
+    c.dev.decode_accumulate(call.spec, in.get() + j * l.nbytes(r), l.nbytes(r), l.len(r), l.elem[r],
+                            key(call, c, j, 0), data + l.elem[r]);
+  };
   clear_residual(c, call, l.elem[r], l.len(r));
+  if (c.net.eager_receives()) {
+    std::vector<std::unique_ptr<Request>> recvs(n), sends;
+    std::vector<int> send_peers;
+    for (int j = 0; j < n; ++j)
+      if (j != r) recvs[j] = c.irecv(in.get() + j * l.nbytes(r), l.nbytes(r), j, 0);
+    for (int k = 1; k < n; ++k) {  // staggered so that every owner is served from the start
+      const int i = (r + k) % n;
+      encode_part(i);
+      sends.push_back(c.isend(out.get() + l.bytes[i], l.nbytes(i), i, 0));
+      send_peers.push_back(i);
+    }
+    for (int j = 0; j < n; ++j) {
+      if (j == r) continue;
+      c.wait(*recvs[j], j, "compressed scatter-reduce receive from");
+      accumulate(j);
+    }
+    c.wait_all(sends, send_peers, "compressed scatter-reduce send to");
+    return;
+  }
+  for (int i = 0; i < n; ++i)
+    if (i != r) encode_part(i);
   std::vector<const void*> sp(n);
   std::vector<void*> rp(n);
   std::vector<size_t> sb(n), rb(n, l.nbytes(r));
@@ -101,19 +128,19 @@ void scatter_reduce(Comm& c, float* data, const Layout& l, const CompressedCall&
   }
   rb[r] = 0;
   alltoall(c, sp, sb, rp, rb);
-  CodecTimer t(c);
-  for (int j = 0; j < n; ++j) {
-    if (j == r) continue;
-    c.dev.decode_accumulate(call.spec, in.get() + j * l.nbytes(r), l.nbytes(r), l.len(r), l.elem[r],
-                            key(call, c, j, 0), data + l.elem[r]);
-  }
+  for (int j = 0; j < n; ++j)
+    if (j != r) accumulate(j);
 }
 
 // Phase 2 of sra and ring: the owner encodes its reduced part once; all gather and decode.
+// The owner's residual for its part is what that encode lost (sum - decode(encode(sum))), so
+// error feedback also covers the second compression of biased codecs.
 void owner_gather(Comm& c, float* data, const Layout& l, const CompressedCall& call, uint32_t step_base) {
   const int r = c.rank();
   auto wire = c.dev.alloc(l.bytes.back());
-  encode(c, call, data + l.elem[r], l.len(r), l.elem[r], key(call, c, r, kGatherPhase), wire.get() + l.bytes[r]);
+  const RngKey k = key(call, c, r, kGatherPhase);
+  encode(c, call, data + l.elem[r], l.len(r), l.elem[r], k, wire.get() + l.bytes[r]);
+  record_residual(c, call, data + l.elem[r], wire.get() + l.bytes[r], l.nbytes(r), l.len(r), l.elem[r], k);
   gather_encoded(c, call, l, wire.get(), data, step_base);
 }
 
@@ -165,7 +192,6 @@ void ring(Comm& c, float* data, size_t count, const CompressedCall& call) {
       c.dev.decode_accumulate(call.spec, in.get(), l.nbytes(p), l.len(p), l.elem[p], dec, data + l.elem[p]);
     }
   }
-  clear_residual(c, call, l.elem[r], l.len(r));
   owner_gather(c, data, l, call, static_cast<uint32_t>(n));
 }
 
@@ -208,6 +234,7 @@ void randomk(Comm& c, float* data, size_t count, const CompressedCall& call) {
 void compressed_reduce_scatter(Comm& c, float* data, size_t count, const CompressedCall& call) {
   if (c.size() == 1 || count == 0) return;
   scatter_reduce(c, data, layout(call.spec, count, c.size()), call);
+  if (call.residual) c.dev.drop_nonfinite(call.residual, count);
 }
 
 CompressedAlgo parse_compressed_algo(const std::string& s) {
@@ -246,14 +273,17 @@ void compressed_allreduce(Comm& c, float* data, size_t count, const CompressedCa
     record_residual(c, call, data, wire.get(), bytes, count, 0, k);
     CodecTimer t(c);
     c.dev.decode(call.spec, wire.get(), bytes, count, 0, k, data);
+    if (call.residual) c.dev.drop_nonfinite(call.residual, count);
     return;
   }
   switch (choose_compressed(call.spec, call.algo)) {
-    case CompressedAlgo::Ring: return ring(c, data, count, call);
+    case CompressedAlgo::Ring: ring(c, data, count, call); break;
     case CompressedAlgo::Sparse:
-      return call.spec.kind == Kind::TopK ? topk(c, data, count, call) : randomk(c, data, count, call);
-    default: return sra(c, data, count, call);
+      call.spec.kind == Kind::TopK ? topk(c, data, count, call) : randomk(c, data, count, call);
+      break;
+    default: sra(c, data, count, call);
   }
+  if (call.residual) c.dev.drop_nonfinite(call.residual, count);
 }
 
 }  // namespace ringzip

@@ -23,6 +23,9 @@ class Compute {
   virtual void scale(DType t, void* data, size_t n, double factor) = 0;
   // r[i] = x[i] - r[i] (error feedback: r held decode(encode(x))).
   virtual void residual(float* r, const float* x, size_t n) = 0;
+  // Zeroes r when any element is NaN/Inf: a non-finite step (AMP skips it) must not poison
+  // the residual of later steps.
+  virtual void drop_nonfinite(float* r, size_t n) = 0;
 
   virtual void encode(const codec::Spec& s, codec::InType t, const void* x, int64_t n, int64_t off,
                       const codec::RngKey& k, uint8_t* out) = 0;
