@@ -38,6 +38,7 @@ COLUMNS = [  # (title, width, getter)
     ("maxerr", 8, lambda r: _f(r["max_abs_err"], ".1e")),
     ("relerr", 8, lambda r: _f(r["rel_l2_err"], ".1e")),
     ("same", 4, lambda r: {True: "yes", False: "NO", None: "-"}[r.get("ranks_agree")]),
+    ("codec%", 6, lambda r: _f(100 * r["codec_share"], ".0f") if r.get("codec_share") is not None else "-"),
 ]
 LINK_COLUMNS = [
     ("floor(us)", 10, lambda r: _f(r.get("floor_us"), ".1f")),
@@ -58,7 +59,7 @@ def legend(rows) -> list[str]:
              "# busbw = algbw * bus factor (all-reduce 2(n-1)/n); r = bytes an exact ring all-reduce sends / bytes sent (ringzip stats); "
              "wirebw = busbw / r; speedup = gloo time / time",
              "# maxerr / relerr: max |out - ref| and ||out - ref||_2 / ||ref||_2 vs an fp64 reference; "
-             "same = all ranks bitwise identical"]
+             "same = all ranks bitwise identical; codec% = share of compressed calls' time in codec kernels"]
     if any(r.get("link_gbit") for r in rows):
         lines.append("# floor = busfactor * S / (r * B) with B the configured link rate; eff = floor / time")
     return lines

@@ -26,9 +26,10 @@ from .ops import DTYPES, OpCase, bus_factor, element_count, redop
 from .plan import build_plan
 
 
-def _stats_bytes(stats) -> tuple[float, float] | None:
-    """Sum (bytes an exact ring all-reduce would send, bytes sent) over ringzip.stats() entries."""
-    tot = [0.0, 0.0]
+def _stats_bytes(stats) -> tuple[float, ...] | None:
+    """Sum (bytes an exact ring all-reduce would send, bytes sent, codec seconds, total seconds)
+    over ringzip.stats() entries."""
+    tot = [0.0, 0.0, 0.0, 0.0]
     found = False
 
     def visit(obj):
@@ -39,6 +40,8 @@ def _stats_bytes(stats) -> tuple[float, float] | None:
             if "bytes_in" in obj and "bytes_wire" in obj:
                 tot[0] += float(obj.get("bytes_dense_equiv", obj["bytes_in"]))
                 tot[1] += float(obj["bytes_wire"])
+                tot[2] += float(obj.get("codec_seconds", 0.0))
+                tot[3] += float(obj.get("total_seconds", 0.0))
                 found = True
                 return
             for v in obj.values():
@@ -52,7 +55,7 @@ def _stats_bytes(stats) -> tuple[float, float] | None:
             found = True
 
     visit(stats)
-    return (tot[0], tot[1]) if found else None
+    return tuple(tot) if found else None
 
 
 class Groups:
@@ -165,7 +168,7 @@ def run_row(spec, item, case: OpCase, group, group_err, rank):
         try:
             after = _stats_bytes(ringzip_mod.stats(group))
             if after is not None:
-                res["stats"] = (after[0] - before[0], after[1] - before[1])
+                res["stats"] = tuple(a - b for a, b in zip(after, before))
         except Exception:  # noqa: BLE001
             pass
     if res["err"] is None and res["iters"] > 0:
@@ -217,6 +220,9 @@ def combine(spec, item, case: OpCase, results: list[dict], n: int) -> dict:
         # No compressed call in the window: the policy kept this size exact (below min_numel).
         ratio = (b_in / b_wire) if (st and b_wire > 0) else 1.0
         row["stats_bytes_in"], row["stats_bytes_wire"] = (b_in, b_wire) if st else (None, None)
+        # Share of the compressed calls' time spent in codec kernels (all ranks together).
+        total_s = sum(s[3] for s in st)
+        row["codec_share"] = (sum(s[2] for s in st) / total_s) if (st and total_s > 0) else None
     row["ratio"] = ratio
     if ratio:
         row["wire_busbw_gbps"] = row["busbw_gbps"] / ratio
