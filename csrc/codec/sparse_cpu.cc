@@ -14,21 +14,30 @@
 namespace ringzip::codec::detail {
 namespace {
 
-constexpr int64_t kExactMax = int64_t(1) << 20;  // above: sampled threshold, then exact refine
+constexpr int64_t kExactMax = int64_t(1) << 16;  // above: sampled threshold, then exact refine
 constexpr int64_t kSamples = 4096;
 
-// Keeps the k largest composites of `c` and returns their indices, ascending.
+// Keeps the k largest (or smallest) composites of `c`, which arrive in ascending index order,
+// and returns their indices, ascending: find the k-th composite on a copy, then filter `c` in
+// order (composites are unique, so exactly k pass) -- no sort of the k indices.
 void top_composites(std::vector<uint64_t>& c, int64_t k, bool largest, std::vector<int32_t>& idx,
                     uint32_t (*index_of)(uint64_t)) {
-  if ((int64_t)c.size() > k) {
-    if (largest)
-      std::nth_element(c.begin(), c.begin() + k, c.end(), std::greater<uint64_t>());
-    else
-      std::nth_element(c.begin(), c.begin() + k, c.end());
-  }
   idx.resize(k);
-  for (int64_t j = 0; j < k; ++j) idx[j] = (int32_t)index_of(c[j]);
-  std::sort(idx.begin(), idx.end());
+  if ((int64_t)c.size() <= k) {
+    for (int64_t j = 0; j < k; ++j) idx[j] = (int32_t)index_of(c[j]);
+    return;
+  }
+  std::vector<uint64_t> tmp(c);
+  uint64_t kth;
+  if (largest) {
+    std::nth_element(tmp.begin(), tmp.begin() + (k - 1), tmp.end(), std::greater<uint64_t>());
+  } else {
+    std::nth_element(tmp.begin(), tmp.begin() + (k - 1), tmp.end());
+  }
+  kth = tmp[k - 1];
+  int64_t m = 0;
+  for (uint64_t v : c)
+    if (largest ? v >= kth : v <= kth) idx[m++] = (int32_t)index_of(v);
 }
 
 uint32_t topk_idx_of(uint64_t c) { return topk_index(c); }
@@ -48,7 +57,17 @@ void topk_select(const float* x, int64_t n, int64_t k, std::vector<int32_t>& idx
     uint32_t thr = smp[r];
     if (thr > 0) {
       c.reserve(2 * k + 64);
-      for (int64_t i = 0; i < n; ++i)
+      // Few elements pass: test blocks with a branch-free (vectorized) scan, visit hits only.
+      constexpr int64_t kBlock = 32;
+      int64_t i = 0;
+      for (; i + kBlock <= n; i += kBlock) {
+        uint32_t hit = 0;
+        for (int64_t j = 0; j < kBlock; ++j) hit |= (uint32_t)((f2u(x[i + j]) & 0x7fffffffu) >= thr);
+        if (!hit) continue;
+        for (int64_t j = i; j < i + kBlock; ++j)
+          if ((f2u(x[j]) & 0x7fffffffu) >= thr) c.push_back(topk_composite(x[j], (uint32_t)j));
+      }
+      for (; i < n; ++i)
         if ((f2u(x[i]) & 0x7fffffffu) >= thr) c.push_back(topk_composite(x[i], (uint32_t)i));
       if ((int64_t)c.size() >= k) return top_composites(c, k, true, idx, topk_idx_of);
       c.clear();

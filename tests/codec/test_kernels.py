@@ -80,7 +80,7 @@ def test_large_match_reference(spec):
 
 
 def test_topk_sampled_selection_is_exact():
-    """n > 2^20 takes the sampled-threshold path; it must equal the exact selection."""
+    """n > 2^16 takes the sampled-threshold path; it must equal the exact selection."""
     n = (1 << 20) + 4097
     for seed, ratio in [(2, "0.001"), (3, "0.05")]:
         x = sample(n, seed=seed)
