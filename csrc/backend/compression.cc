@@ -2,7 +2,7 @@
 
 namespace ringzip {
 
-at::Tensor Compression::residual_for(const void* identity, int64_t numel) {
+at::Tensor Compression::residual_for(const void* identity, int64_t numel, at::Device device) {
   const std::string key = std::to_string(reinterpret_cast<uintptr_t>(identity)) + ":" + std::to_string(numel);
   std::lock_guard<std::mutex> lock(mu_);
   auto it = residuals_.find(key);
@@ -11,10 +11,10 @@ at::Tensor Compression::residual_for(const void* identity, int64_t numel) {
   at::Tensor r;
   auto l = loaded_.find(slot);
   if (l != loaded_.end() && l->second.numel() == numel) {
-    r = l->second.to(at::kFloat).contiguous().clone();
+    r = l->second.to(device, at::kFloat).contiguous().clone();
     loaded_.erase(l);
   } else {
-    r = at::zeros({numel}, at::TensorOptions().dtype(at::kFloat));
+    r = at::zeros({numel}, at::TensorOptions().dtype(at::kFloat).device(device));
   }
   residuals_.emplace(key, Entry{slot, r});
   return r;

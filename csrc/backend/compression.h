@@ -41,7 +41,7 @@ class Compression {
  public:
   // Residual buffer of `numel` floats for the tensor at `identity` (its data pointer), so
   // DDP's bucket buffers reuse theirs from step to step.
-  at::Tensor residual_for(const void* identity, int64_t numel);
+  at::Tensor residual_for(const void* identity, int64_t numel, at::Device device = at::kCPU);
   void record(const std::string& codec, const CodecStats& delta);
   std::map<std::string, CodecStats> stats() const;
   void reset_stats();
