@@ -1,6 +1,7 @@
 """Creates ringzip backends for torch.distributed and finds them again per group."""
 from __future__ import annotations
 
+import os
 from datetime import timedelta
 
 import torch
@@ -41,7 +42,20 @@ def create_backend(dist_opts, pg_options):
     gloo = dist.ProcessGroupGloo(store, dist_opts.group_rank, dist_opts.group_size, timeout)
     backend = _C.RingzipBackend(gloo, timeout, dense_algorithm(opts.algorithm), str(dist_opts.group_id))
     apply_options(backend, opts)
+    _maybe_enable_cuda(backend, dist_opts.store)
     return backend
+
+
+def _maybe_enable_cuda(backend, store) -> None:
+    """CUDA tensors go over NCCL with the CUDA kernels when this build has them (communicators
+    are created lazily, on the first CUDA collective); RINGZIP_TRANSPORT=gloo keeps them on the
+    host-staged Gloo path."""
+    cuda = getattr(_C, "cuda", None)
+    if cuda is None or os.environ.get("RINGZIP_TRANSPORT", "auto").lower() == "gloo":
+        return
+    if not torch.cuda.is_available():
+        return
+    cuda.enable(backend, PrefixStore("ringzip/nccl/", store))
 
 
 def register() -> None:
