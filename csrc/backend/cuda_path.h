@@ -42,7 +42,7 @@ class CudaWork final : public c10d::Work {
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
   std::vector<at::Tensor> result() override { return outputs_; }
   uint64_t getSequencenumber() const override { return seq_; }
-  std::chrono::milliseconds getTimeout() const override { return timeout_; }
+  std::chrono::milliseconds getTimeout() const { return timeout_; }  // virtual in torch >= 2.12 only
   // Records the end event on `stream` and completes the future there.
   void enqueued(const c10::cuda::CUDAStream& stream);
 
