@@ -11,7 +11,8 @@ from torch.distributed import PrefixStore
 from . import _C
 from .options import Options, compressed_algorithm, dense_algorithm
 
-# Current Options per backend object (the C++ side holds the applied values).
+# Current Options per backend (keyed by the C++ object: torch may hand out a fresh Python
+# wrapper for the same backend, e.g. torch 2.11). The C++ side holds the applied values.
 _options: "dict[int, Options]" = {}
 
 
@@ -26,7 +27,7 @@ def apply_options(backend: "_C.RingzipBackend", opts: Options) -> None:
         seed=opts.seed,
         algorithm=compressed_algorithm(opts.algorithm),
     )
-    _options[id(backend)] = opts
+    _options[backend.identity] = opts
 
 
 def create_backend(dist_opts, pg_options):
@@ -78,4 +79,4 @@ def backend_of(group=None) -> "_C.RingzipBackend":
 
 
 def options_of(group=None) -> Options:
-    return _options[id(backend_of(group))]
+    return _options[backend_of(group).identity]
