@@ -17,6 +17,8 @@
 
 namespace ringzip {
 
+class CudaPath;  // backend/cuda_path.h (CUDA builds only)
+
 struct Config {
   std::chrono::milliseconds timeout{std::chrono::minutes(30)};
   AllreduceAlgo algorithm = AllreduceAlgo::Auto;
@@ -90,6 +92,12 @@ class RingzipBackend final : public c10d::Backend {
   CompressionConfig compression() const;
   Compression& compression_state() { return comp_; }
 
+  // ---- CUDA path (backend/cuda_path.cc, CUDA builds only) ------------------------------------
+  // Once enabled, collectives on CUDA tensors run on an internal stream over NCCL with the CUDA
+  // kernels instead of host staging over Gloo. `store` carries the NCCL unique ids.
+  void enable_cuda(const c10::intrusive_ptr<c10d::Store>& store);
+  bool cuda_enabled() const { return cuda_ != nullptr; }
+
  private:
   using Body = std::function<void(Comm&)>;
   // Queues `body` on the worker; `nseq` sequence numbers are reserved for it (coalesced ops
@@ -122,6 +130,13 @@ class RingzipBackend final : public c10d::Backend {
                                                                  const at::Tensor& flat_in,
                                                                  const c10d::ReduceScatterOptions& opts,
                                                                  const char* name, const at::Tensor& identity);
+
+  bool use_cuda(const at::Tensor& t) const { return cuda_ && t.is_cuda(); }
+  c10::intrusive_ptr<c10d::Work> cuda_allreduce(at::Tensor& t, const c10d::AllreduceOptions& opts);
+  c10::intrusive_ptr<c10d::Work> cuda_broadcast(at::Tensor& t, const c10d::BroadcastOptions& opts);
+  c10::intrusive_ptr<c10d::Work> cuda_allgather_base(at::Tensor& out, at::Tensor& in,
+                                                     const c10d::AllgatherOptions& opts);
+  std::shared_ptr<CudaPath> cuda_;
 
   std::unique_ptr<Transport> net_;
   Config cfg_;

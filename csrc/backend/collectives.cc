@@ -42,6 +42,9 @@ void check_list(const std::vector<at::Tensor>& list, const at::Tensor& like, siz
 c10::intrusive_ptr<c10d::Work> RingzipBackend::allreduce(std::vector<at::Tensor>& tensors,
                                                          const c10d::AllreduceOptions& opts) {
   check_single(tensors, "allreduce");
+#ifdef RINGZIP_WITH_CUDA
+  if (use_cuda(tensors[0])) return cuda_allreduce(tensors[0], opts);
+#endif
   if (auto w = maybe_compressed_allreduce(tensors[0], opts, "allreduce", tensors)) return w;
   auto red = to_reduction(opts.reduceOp, to_dtype(tensors[0].scalar_type(), "allreduce"), size_, "allreduce");
   auto s = Staged::in(tensors[0]);
@@ -91,6 +94,9 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::broadcast(std::vector<at::Tensor>
   check_single(tensors, "broadcast");
   check_rank(opts.rootRank, size_, "broadcast", "root");
   RZ_CHECK_VALUE(opts.rootTensor == 0, "broadcast: root tensor index must be 0, got ", opts.rootTensor);
+#ifdef RINGZIP_WITH_CUDA
+  if (use_cuda(tensors[0])) return cuda_broadcast(tensors[0], opts);
+#endif
   const int root = static_cast<int>(opts.rootRank);
   auto s = rank_ == root ? Staged::in(tensors[0]) : Staged::out(tensors[0]);
   return enqueue(c10d::OpType::BROADCAST, "broadcast", tensors, opts, [s, root](Comm& c) {
@@ -218,6 +224,9 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::_allgather_base(at::Tensor& outpu
                 output.scalar_type(), " differs from input dtype ", input.scalar_type());
   RZ_CHECK_VALUE(output.numel() == input.numel() * size_, "allgather_into_tensor: output has ",
                  output.numel(), " elements, expected input size ", input.numel(), " x group size ", size_);
+#ifdef RINGZIP_WITH_CUDA
+  if (use_cuda(input)) return cuda_allgather_base(output, input, opts);
+#endif
   auto in = input.to(at::kCPU, false, /*copy=*/true).contiguous();  // may alias the output
   auto out = Staged::out(output);
   return enqueue(c10d::OpType::_ALLGATHER_BASE, "allgather_into_tensor", {output}, opts,

@@ -2,7 +2,7 @@
 
 namespace ringzip {
 
-at::Tensor Compression::residual_for(const at::Tensor& t, int64_t numel) {
+at::Tensor Compression::residual_for(const at::Tensor& t, int64_t numel, at::Device device) {
   const std::string key = std::to_string(reinterpret_cast<uintptr_t>(t.storage().unsafeGetStorageImpl())) + ":" +
                           std::to_string(t.storage_offset()) + ":" + std::to_string(numel);
   std::lock_guard<std::mutex> lock(mu_);
@@ -11,7 +11,7 @@ at::Tensor Compression::residual_for(const at::Tensor& t, int64_t numel) {
   if (it != residuals_.end()) residuals_.erase(it);  // storage freed and its address reused
   c10::weak_intrusive_ptr<c10::StorageImpl> owner(t.storage().getWeakStorageImpl());
   for (auto e = residuals_.begin(); e != residuals_.end(); ++e) {
-    if (e->second.owner.expired() && e->second.residual.numel() == numel) {
+    if (e->second.owner.expired() && e->second.residual.numel() == numel && e->second.residual.device() == device) {
       Entry inherited{e->second.slot, e->second.residual, owner};
       residuals_.erase(e);
       residuals_.emplace(key, inherited);
@@ -22,10 +22,10 @@ at::Tensor Compression::residual_for(const at::Tensor& t, int64_t numel) {
   at::Tensor r;
   auto l = loaded_.find(slot);
   if (l != loaded_.end() && l->second.numel() == numel) {
-    r = l->second.to(at::kFloat).contiguous().clone();
+    r = l->second.to(device, at::kFloat).contiguous().clone();
     loaded_.erase(l);
   } else {
-    r = at::zeros({numel}, at::TensorOptions().dtype(at::kFloat));
+    r = at::zeros({numel}, at::TensorOptions().dtype(at::kFloat).device(device));
   }
   residuals_.emplace(key, Entry{slot, r, owner});
   return r;

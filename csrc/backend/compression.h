@@ -43,7 +43,7 @@ class Compression {
   // DDP's bucket buffers reuse theirs from step to step. A tensor seen for the first time
   // inherits the residual of a freed tensor of the same size (the pattern of a fresh gradient
   // tensor each step), which also bounds the memory to the tensors alive at once.
-  at::Tensor residual_for(const at::Tensor& t, int64_t numel);
+  at::Tensor residual_for(const at::Tensor& t, int64_t numel, at::Device device = at::kCPU);
   void record(const std::string& codec, const CodecStats& delta);
   std::map<std::string, CodecStats> stats() const;
   void reset_stats();

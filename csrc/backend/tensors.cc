@@ -34,7 +34,8 @@ Reduction to_reduction(const c10d::ReduceOp& op, DType t, int world, const char*
       return {RedOp::Sum, 1.0, 1.0 / world};
     case c10d::ReduceOp::PREMUL_SUM: {
       RZ_CHECK_TYPE(fp, name, " with PREMUL_SUM needs a floating dtype, got ", dtype_name(t));
-      auto* sup = dynamic_cast<c10d::PreMulSumSupplement*>(op.supplement_.get());
+      auto* sup = dynamic_cast<c10d::NCCLPreMulSumSupplement*>  // the name torch 2.11 .. 2.14 all have
+                 (op.supplement_.get());
       RZ_CHECK_VALUE(sup != nullptr, name, ": PREMUL_SUM without a factor");
       double f = sup->tensor_factor.defined() ? sup->tensor_factor.item<double>() : sup->double_factor;
       return {RedOp::Sum, f, 1.0};

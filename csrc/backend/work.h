@@ -17,7 +17,7 @@ class CollectiveWork final : public c10d::Work {
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
   std::vector<at::Tensor> result() override { return outputs_; }
   uint64_t getSequencenumber() const override { return seq_; }
-  std::chrono::milliseconds getTimeout() const override { return timeout_; }
+  std::chrono::milliseconds getTimeout() const { return timeout_; }  // virtual in torch >= 2.12 only
   void complete();
   void fail(std::exception_ptr e);
   const std::string& name() const { return name_; }

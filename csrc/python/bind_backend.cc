@@ -98,6 +98,7 @@ void bind_backend(py::module_& m) {
            [](RingzipBackend& b, const std::vector<std::tuple<int64_t, at::Tensor>>& st) {
              b.compression_state().load_state(st);
            })
+      .def_property_readonly("identity", [](const RingzipBackend& b) { return reinterpret_cast<uintptr_t>(&b); })
       .def_property_readonly("timeout", [](const RingzipBackend& b) { return b.config().timeout; })
       .def_property_readonly("transport", [](const RingzipBackend&) { return std::string("gloo"); });
 }

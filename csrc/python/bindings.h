@@ -4,4 +4,5 @@
 namespace ringzip {
 void bind_codec(pybind11::module_& m);
 void bind_backend(pybind11::module_& m);
+void bind_cuda(pybind11::module_& m);  // python/cuda_bind.cc, CUDA builds only
 }  // namespace ringzip

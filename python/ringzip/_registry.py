@@ -1,6 +1,7 @@
 """Creates ringzip backends for torch.distributed and finds them again per group."""
 from __future__ import annotations
 
+import os
 from datetime import timedelta
 
 import torch
@@ -10,7 +11,8 @@ from torch.distributed import PrefixStore
 from . import _C
 from .options import Options, compressed_algorithm, dense_algorithm
 
-# Current Options per backend object (the C++ side holds the applied values).
+# Current Options per backend (keyed by the C++ object: torch may hand out a fresh Python
+# wrapper for the same backend, e.g. torch 2.11). The C++ side holds the applied values.
 _options: "dict[int, Options]" = {}
 
 
@@ -25,7 +27,7 @@ def apply_options(backend: "_C.RingzipBackend", opts: Options) -> None:
         seed=opts.seed,
         algorithm=compressed_algorithm(opts.algorithm),
     )
-    _options[id(backend)] = opts
+    _options[backend.identity] = opts
 
 
 def create_backend(dist_opts, pg_options):
@@ -41,7 +43,20 @@ def create_backend(dist_opts, pg_options):
     gloo = dist.ProcessGroupGloo(store, dist_opts.group_rank, dist_opts.group_size, timeout)
     backend = _C.RingzipBackend(gloo, timeout, dense_algorithm(opts.algorithm), str(dist_opts.group_id))
     apply_options(backend, opts)
+    _maybe_enable_cuda(backend, dist_opts.store)
     return backend
+
+
+def _maybe_enable_cuda(backend, store) -> None:
+    """CUDA tensors go over NCCL with the CUDA kernels when this build has them (communicators
+    are created lazily, on the first CUDA collective); RINGZIP_TRANSPORT=gloo keeps them on the
+    host-staged Gloo path."""
+    cuda = getattr(_C, "cuda", None)
+    if cuda is None or os.environ.get("RINGZIP_TRANSPORT", "auto").lower() == "gloo":
+        return
+    if not torch.cuda.is_available():
+        return
+    cuda.enable(backend, PrefixStore("ringzip/nccl/", store))
 
 
 def register() -> None:
@@ -64,4 +79,4 @@ def backend_of(group=None) -> "_C.RingzipBackend":
 
 
 def options_of(group=None) -> Options:
-    return _options[id(backend_of(group))]
+    return _options[backend_of(group).identity]

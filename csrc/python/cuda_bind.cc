@@ -1,0 +1,131 @@
+// ringzip._C.cuda: the CUDA codec kernels on CUDA tensors (current stream), top-k selection for
+// benchmarks, the NCCL version, and switching a backend's CUDA path on.
+#include <ATen/ATen.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <torch/csrc/utils/pybind.h>
+
+#include <vector>
+
+#include "backend/backend.h"
+#include "codec/codec_cuda.h"
+#include "python/bindings.h"
+#include "transport/nccl/nccl_transport.h"
+
+namespace py = pybind11;
+namespace cd = ringzip::codec;
+
+namespace ringzip {
+namespace {
+
+[[noreturn]] void bad(const std::string& msg) { throw std::invalid_argument("ringzip.cuda: " + msg); }
+
+void check_cuda_contig(const at::Tensor& t, const char* what) {
+  if (!t.defined()) bad(std::string(what) + " is None");
+  if (!t.is_cuda()) bad(std::string(what) + " must be a CUDA tensor");
+  if (!t.is_contiguous()) bad(std::string(what) + " must be contiguous");
+}
+
+cd::InType in_type(const at::Tensor& x) {
+  switch (x.scalar_type()) {
+    case at::kFloat: return cd::InType::F32;
+    case at::kHalf: return cd::InType::F16;
+    case at::kBFloat16: return cd::InType::BF16;
+    default: bad("unsupported dtype (float32, float16, bfloat16)");
+  }
+}
+
+// Codec context on the current stream of t's device; scratch lives until the call returns.
+struct Call {
+  c10::cuda::CUDAGuard guard;
+  std::vector<c10::DataPtr> keep;
+  cd::cuda::Ctx ctx;
+  explicit Call(const at::Tensor& t) : guard(t.device()) {
+    ctx.stream = c10::cuda::getCurrentCUDAStream(t.device().index()).stream();
+    ctx.scratch = [this](size_t b) -> void* {
+      keep.push_back(c10::cuda::CUDACachingAllocator::get()->allocate(b ? b : 1));
+      return keep.back().get();
+    };
+  }
+};
+
+cd::RngKey key_of(uint64_t seed, uint32_t seq, uint32_t stream) { return cd::RngKey{seed, seq, stream}; }
+
+at::Tensor encode(const std::string& spec, const at::Tensor& x, uint64_t seed, uint32_t seq, uint32_t stream,
+                  int64_t off, int64_t bucket, bool stochastic) {
+  cd::Spec sp = cd::parse(spec, bucket, stochastic);
+  check_cuda_contig(x, "x");
+  if (off < 0) bad("elem_offset must be >= 0");
+  Call c(x);
+  at::Tensor out = at::empty({(int64_t)cd::encoded_bytes(sp, x.numel())}, x.options().dtype(at::kByte));
+  cd::cuda::encode(c.ctx, sp, in_type(x), x.data_ptr(), x.numel(), off, key_of(seed, seq, stream), out.data_ptr<uint8_t>());
+  return out;
+}
+
+at::Tensor decode(const std::string& spec, const at::Tensor& p, int64_t n, uint64_t seed, uint32_t seq, uint32_t stream,
+                  int64_t off, int64_t bucket) {
+  cd::Spec sp = cd::parse(spec, bucket, true);
+  check_cuda_contig(p, "payload");
+  if (n < 0 || off < 0) bad("n and elem_offset must be >= 0");
+  Call c(p);
+  at::Tensor out = at::empty({n}, p.options().dtype(at::kFloat));
+  cd::cuda::decode(c.ctx, sp, p.data_ptr<uint8_t>(), p.numel(), n, off, key_of(seed, seq, stream), out.data_ptr<float>());
+  return out;
+}
+
+void decode_accumulate(const std::string& spec, const at::Tensor& p, at::Tensor& acc, uint64_t seed, uint32_t seq,
+                       uint32_t stream, int64_t off, int64_t bucket) {
+  cd::Spec sp = cd::parse(spec, bucket, true);
+  check_cuda_contig(p, "payload");
+  check_cuda_contig(acc, "acc");
+  if (acc.scalar_type() != at::kFloat) bad("acc must be float32");
+  Call c(p);
+  cd::cuda::decode_accumulate(c.ctx, sp, p.data_ptr<uint8_t>(), p.numel(), acc.numel(), off, key_of(seed, seq, stream),
+                              acc.data_ptr<float>());
+}
+
+at::Tensor decode_add_encode(const std::string& spec, const at::Tensor& p, const at::Tensor& local, uint64_t seed,
+                             uint32_t seq, uint32_t dec_stream, uint32_t enc_stream, int64_t off, int64_t bucket,
+                             bool stochastic) {
+  cd::Spec sp = cd::parse(spec, bucket, stochastic);
+  check_cuda_contig(p, "payload");
+  check_cuda_contig(local, "local");
+  if (local.scalar_type() != at::kFloat) bad("local must be float32");
+  Call c(p);
+  at::Tensor out = at::empty({(int64_t)cd::encoded_bytes(sp, local.numel())}, p.options().dtype(at::kByte));
+  cd::cuda::decode_add_encode(c.ctx, sp, p.data_ptr<uint8_t>(), p.numel(), local.data_ptr<float>(), local.numel(), off,
+                              key_of(seed, seq, dec_stream), key_of(seed, seq, enc_stream), out.data_ptr<uint8_t>());
+  return out;
+}
+
+at::Tensor topk_indices(const at::Tensor& x, int64_t k) {
+  check_cuda_contig(x, "x");
+  if (x.scalar_type() != at::kFloat) bad("x must be float32");
+  if (k < 0 || k > x.numel()) bad("k out of range");
+  Call c(x);
+  at::Tensor idx = at::empty({k}, x.options().dtype(at::kInt));
+  cd::cuda::topk_indices(c.ctx, x.data_ptr<float>(), x.numel(), k, idx.data_ptr<int32_t>());
+  return idx;
+}
+
+}  // namespace
+
+void bind_cuda(py::module_& m) {
+  py::module_ c = m.def_submodule("cuda", "ringzip CUDA kernels and the NCCL transport");
+  using namespace py::literals;
+  c.def("encode", &encode, "spec"_a, "x"_a, "seed"_a, "seq"_a, "stream"_a, "elem_offset"_a = 0, "bucket"_a = 512,
+        "stochastic"_a = true);
+  c.def("decode", &decode, "spec"_a, "payload"_a, "n"_a, "seed"_a, "seq"_a, "stream"_a, "elem_offset"_a = 0,
+        "bucket"_a = 512);
+  c.def("decode_accumulate", &decode_accumulate, "spec"_a, "payload"_a, "acc"_a, "seed"_a, "seq"_a, "stream"_a,
+        "elem_offset"_a = 0, "bucket"_a = 512);
+  c.def("decode_add_encode", &decode_add_encode, "spec"_a, "payload"_a, "local"_a, "seed"_a, "seq"_a, "dec_stream"_a,
+        "enc_stream"_a, "elem_offset"_a = 0, "bucket"_a = 512, "stochastic"_a = true);
+  c.def("topk_indices", &topk_indices, "x"_a, "k"_a);
+  c.def("nccl_version", [] { return nccl_runtime_version(); });
+  c.def("enable", [](RingzipBackend& b, const c10::intrusive_ptr<c10d::Store>& store) { b.enable_cuda(store); },
+        "backend"_a, "store"_a);
+  c.def("enabled", [](const RingzipBackend& b) { return b.cuda_enabled(); }, "backend"_a);
+}
+
+}  // namespace ringzip

@@ -1,0 +1,79 @@
+#pragma once
+// NCCL transport: sends and receives of bytes as ncclSend/ncclRecv on one CUDA stream.
+//
+// A request's wait() does not block the host: the stream orders everything after it. Posts
+// inside group_start()/group_end() go to NCCL inside one ncclGroupStart/End; posts outside a
+// group are held back and issued together, as one group, at the next wait() or group_start(),
+// so algorithms that post all their transfers before waiting can't deadlock on NCCL's
+// blocking-on-the-GPU point-to-point semantics. Tags are not sent: NCCL matches sends and
+// receives between two ranks in posting order, which every algorithm keeps (docs/gpu.md).
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "transport/transport.h"
+
+namespace ringzip {
+
+void nccl_check(ncclResult_t r, const char* what);
+
+// The NCCL version of the loaded library, e.g. 23007 for 2.30.7.
+int nccl_runtime_version();
+
+// One communicator of a group on one device, created collectively (the unique id travels
+// through the store under `key`).
+class NcclComm {
+ public:
+  NcclComm(const c10::intrusive_ptr<c10d::Store>& store, const std::string& key, int rank, int size, int device);
+  ~NcclComm();
+  NcclComm(const NcclComm&) = delete;
+  NcclComm& operator=(const NcclComm&) = delete;
+  ncclComm_t get() const { return comm_; }
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  int device() const { return device_; }
+  // Throws if NCCL reported an asynchronous error (a peer failed, a network error).
+  void check_async() const;
+  void abort();
+
+ private:
+  ncclComm_t comm_ = nullptr;
+  int rank_, size_, device_;
+};
+
+class NcclTransport final : public Transport {
+ public:
+  NcclTransport(std::shared_ptr<NcclComm> comm, cudaStream_t stream);
+  ~NcclTransport() override;
+  int rank() const override { return comm_->rank(); }
+  int size() const override { return comm_->size(); }
+  std::string name() const override { return "nccl"; }
+  std::unique_ptr<Request> isend(const void* data, size_t bytes, int peer, uint32_t tag) override;
+  std::unique_ptr<Request> irecv(void* data, size_t bytes, int peer, uint32_t tag) override;
+  std::unique_ptr<Request> irecv_any(void* data, size_t bytes, uint32_t tag) override;
+  void group_start() override;
+  void group_end() override;
+  // Issues the held-back posts (one NCCL group).
+  void flush();
+
+ private:
+  struct Op {
+    bool send;
+    void* data;
+    size_t bytes;
+    int peer;
+  };
+  void issue(const Op& op);
+  std::unique_ptr<Request> post(Op op);
+
+  std::shared_ptr<NcclComm> comm_;
+  cudaStream_t stream_;
+  int depth_ = 0;
+  std::vector<Op> pending_;
+};
+
+}  // namespace ringzip
