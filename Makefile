@@ -4,6 +4,10 @@
 PY ?= python3
 VENV ?= .venv
 TORCH ?= torch==2.14.1
+# CUDA architectures compiled when torch has CUDA and nvcc is found (one keeps a 2-core build
+# short; list yours, e.g. "80;90", or "" for torch's whole list).
+RINGZIP_CUDA_ARCHS ?= 90
+export RINGZIP_CUDA_ARCHS
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.ringzip-installed
 SOURCES := $(shell find csrc python tools CMakeLists.txt pyproject.toml cmake -type f -not -name '*.so' -not -path '*/__pycache__/*' 2>/dev/null)
