@@ -1,7 +1,6 @@
 """Creates ringzip backends for torch.distributed and finds them again per group."""
 from __future__ import annotations
 
-import os
 from datetime import timedelta
 
 import torch
@@ -43,16 +42,16 @@ def create_backend(dist_opts, pg_options):
     gloo = dist.ProcessGroupGloo(store, dist_opts.group_rank, dist_opts.group_size, timeout)
     backend = _C.RingzipBackend(gloo, timeout, dense_algorithm(opts.algorithm), str(dist_opts.group_id))
     apply_options(backend, opts)
-    _maybe_enable_cuda(backend, dist_opts.store)
+    _maybe_enable_cuda(backend, dist_opts.store, opts)
     return backend
 
 
-def _maybe_enable_cuda(backend, store) -> None:
+def _maybe_enable_cuda(backend, store, opts: Options) -> None:
     """CUDA tensors go over NCCL with the CUDA kernels when this build has them (communicators
-    are created lazily, on the first CUDA collective); RINGZIP_TRANSPORT=gloo keeps them on the
-    host-staged Gloo path."""
+    are created lazily, on the first CUDA collective); Options(transport="gloo") keeps them on
+    the host-staged Gloo path."""
     cuda = getattr(_C, "cuda", None)
-    if cuda is None or os.environ.get("RINGZIP_TRANSPORT", "auto").lower() == "gloo":
+    if cuda is None or opts.transport == "gloo":
         return
     if not torch.cuda.is_available():
         return

@@ -13,8 +13,9 @@ def set_options(group=None, **fields) -> Options:
         ringzip.set_options(codec="none")   # first epoch exact
         ringzip.set_options(codec="q4")     # then compressed
     """
-    if "timeout" in fields:
-        raise ValueError("ringzip.set_options: timeout is fixed at group creation; pass timeout= per call")
+    for fixed in ("timeout", "transport"):
+        if fixed in fields:
+            raise ValueError(f"ringzip.set_options: {fixed} is fixed at group creation")
     new = options_of(group).replace(**fields)
     apply_options(backend_of(group), new)
     return new

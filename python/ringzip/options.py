@@ -26,6 +26,8 @@ class Options:
     error_feedback: keep the compression error and add it to the next call's input;
         ``None``: on for biased codecs (topk, randomk, q1, nearest rounding).
     seed: seed of stochastic rounding and random-k selection (same on all ranks).
+    transport: for CUDA tensors: ``auto`` (NCCL when this build has CUDA) or ``gloo``
+        (host-staged through Gloo). CPU tensors always use Gloo.
     """
 
     timeout: timedelta | None = None
@@ -36,6 +38,7 @@ class Options:
     min_numel: int = 16384
     error_feedback: bool | None = None
     seed: int = 0
+    transport: str = "auto"
 
     def __post_init__(self):
         self.validate()
@@ -45,6 +48,8 @@ class Options:
             raise ValueError(f"ringzip.Options: unknown algorithm {self.algorithm!r}; expected one of {ALGORITHMS}")
         if self.timeout is not None and not isinstance(self.timeout, timedelta):
             raise TypeError(f"ringzip.Options: timeout must be a datetime.timedelta, got {type(self.timeout).__name__}")
+        if self.transport not in ("auto", "gloo"):
+            raise ValueError(f"ringzip.Options: transport must be 'auto' or 'gloo', got {self.transport!r}")
         if self.rounding not in ("stochastic", "nearest"):
             raise ValueError(f"ringzip.Options: rounding must be 'stochastic' or 'nearest', got {self.rounding!r}")
         if not isinstance(self.codec, str):
@@ -68,13 +73,13 @@ class Options:
 
         The one place ringzip reads its environment: RINGZIP_CODEC, RINGZIP_ALGORITHM,
         RINGZIP_BUCKET_SIZE, RINGZIP_ROUNDING, RINGZIP_MIN_NUMEL, RINGZIP_ERROR_FEEDBACK
-        (0/1), RINGZIP_SEED, RINGZIP_TIMEOUT_S. Explicit pg_options win over the environment.
+        (0/1), RINGZIP_SEED, RINGZIP_TRANSPORT, RINGZIP_TIMEOUT_S. Explicit pg_options win over the environment.
         """
         env = os.environ
         changes = {}
         if base is None:
             conv = {"codec": str, "algorithm": str, "rounding": str, "bucket_size": int, "min_numel": int,
-                    "seed": int}
+                    "seed": int, "transport": str}
             for name, f in conv.items():
                 key = "RINGZIP_" + name.upper()
                 if key in env:
