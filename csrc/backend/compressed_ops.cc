@@ -9,13 +9,6 @@
 namespace ringzip {
 namespace {
 
-bool compressible(const CompressionConfig& cc, const at::Tensor& t, const c10d::ReduceOp& op) {
-  const auto st = t.scalar_type();
-  const bool fp = st == at::kFloat || st == at::kHalf || st == at::kBFloat16;
-  const bool summing = op.op_ == c10d::ReduceOp::SUM || op.op_ == c10d::ReduceOp::AVG ||
-                       op.op_ == c10d::ReduceOp::PREMUL_SUM;
-  return cc.enabled() && fp && summing && t.numel() >= cc.min_numel;
-}
 
 // Float32 working copy of t on the host (t itself when it already is one).
 at::Tensor f32_work(const at::Tensor& t) {

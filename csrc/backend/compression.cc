@@ -2,6 +2,14 @@
 
 namespace ringzip {
 
+bool compressible(const CompressionConfig& cc, const at::Tensor& t, const c10d::ReduceOp& op) {
+  const auto st = t.scalar_type();
+  const bool fp = st == at::kFloat || st == at::kHalf || st == at::kBFloat16;
+  const bool summing = op.op_ == c10d::ReduceOp::SUM || op.op_ == c10d::ReduceOp::AVG ||
+                       op.op_ == c10d::ReduceOp::PREMUL_SUM;
+  return cc.enabled() && fp && summing && t.numel() >= cc.min_numel;
+}
+
 at::Tensor Compression::residual_for(const at::Tensor& t, int64_t numel, at::Device device) {
   const std::string key = std::to_string(reinterpret_cast<uintptr_t>(t.storage().unsafeGetStorageImpl())) + ":" +
                           std::to_string(t.storage_offset()) + ":" + std::to_string(numel);

@@ -3,6 +3,7 @@
 // AVG / PREMUL_SUM, at least min_numel elements), the error-feedback residuals, and the
 // per-codec counters behind ringzip.stats().
 #include <ATen/ATen.h>
+#include <torch/csrc/distributed/c10d/Types.hpp>
 
 #include <map>
 #include <mutex>
@@ -27,6 +28,9 @@ struct CompressionConfig {
   bool enabled() const { return codec != "none"; }
   bool feedback() const { return error_feedback.value_or(codec::biased(spec())); }
 };
+
+// The policy: float32/float16/bfloat16, SUM/AVG/PREMUL_SUM, at least min_numel elements.
+bool compressible(const CompressionConfig& cc, const at::Tensor& t, const c10d::ReduceOp& op);
 
 struct CodecStats {
   uint64_t calls = 0;

@@ -152,13 +152,6 @@ bool nccl_op(RedOp op, at::ScalarType t, ncclRedOp_t& out) {
   }
 }
 
-bool compressible(const CompressionConfig& cc, const at::Tensor& t, const c10d::ReduceOp& op) {
-  const auto st = t.scalar_type();
-  const bool fp = st == at::kFloat || st == at::kHalf || st == at::kBFloat16;
-  const bool summing = op.op_ == c10d::ReduceOp::SUM || op.op_ == c10d::ReduceOp::AVG ||
-                       op.op_ == c10d::ReduceOp::PREMUL_SUM;
-  return cc.enabled() && fp && summing && t.numel() >= cc.min_numel;
-}
 
 }  // namespace
 
