@@ -74,6 +74,13 @@ class CudaCompute final : public Compute {
     at::Tensor rt = view(r, n, DType::F32);
     at::sub_out(rt, view(const_cast<float*>(x), n, DType::F32), rt);
   }
+  void drop_nonfinite(float* r, size_t n) override {
+    if (!n) return;
+    c10::cuda::CUDAStreamGuard g(s_);
+    at::Tensor rt = view(r, n, DType::F32);
+    // Device-side decision (no host sync): keep r where every element is finite, else zeros.
+    rt.copy_(at::where(at::isfinite(rt).all(), rt, at::zeros({}, rt.options())));
+  }
   void encode(const codec::Spec& sp, codec::InType t, const void* x, int64_t n, int64_t off, const codec::RngKey& k,
               uint8_t* out) override {
     Scratch sc(*this);
