@@ -32,7 +32,7 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::gather(std::vector<std::vector<at
     if (c.rank() == root) std::memcpy(ptrs[root], in.work.data_ptr(), in.work.nbytes());
     ringzip::gather(c, in.work.data_ptr(), in.work.nbytes(), ptrs, root);
     for (const auto& o : outs) o.finish();
-  });
+  }, 1, FpExtra{&inputs[0]});  // non-roots have no outputs: compare the input
 }
 
 c10::intrusive_ptr<c10d::Work> RingzipBackend::scatter(std::vector<at::Tensor>& outputs,
@@ -123,7 +123,7 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::alltoall_base(at::Tensor& output,
                    }
                    ringzip::alltoall(c, sp, sb, rp, rb);
                    out.finish();
-                 });
+                 }, 1, FpExtra{nullptr, true});  // splits differ by rank
 }
 
 c10::intrusive_ptr<c10d::Work> RingzipBackend::alltoall(std::vector<at::Tensor>& outputs,
@@ -157,7 +157,7 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::alltoall(std::vector<at::Tensor>&
     }
     ringzip::alltoall(c, sp, sb, rp, rb);
     for (const auto& o : outs) o.finish();
-  });
+  }, 1, FpExtra{nullptr, true});  // sizes may differ by rank
 }
 
 }  // namespace ringzip

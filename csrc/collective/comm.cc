@@ -11,6 +11,9 @@ void Comm::wait(Request& req, int peer, const char* what) {
   try {
     req.wait(left);
   } catch (const std::exception& e) {
+    // The collective is lost: break the transport before unwinding frees the buffers of
+    // requests still posted, and so that peers blocked on this rank fail now, not at timeout.
+    net.abort();
     TORCH_CHECK_WITH(DistBackendError, false, "ringzip ", op, " (seq ", seq, ", rank ", rank(),
                      " of ", size(), "): ", what, " rank ", peer, " failed: ", e.what());
   }

@@ -26,6 +26,9 @@ class Options:
     error_feedback: keep the compression error and add it to the next call's input;
         ``None``: on for biased codecs (topk, randomk, q1, nearest rounding).
     seed: seed of stochastic rounding and random-k selection (same on all ranks).
+    check: ``on`` (default): before each collective the ranks exchange a 64-byte fingerprint
+        of the call (type, dtype, sizes, op, root, codec) and all raise a clear error on a
+        mismatch instead of exchanging data; ``off`` saves that round trip (docs/reliability.md).
     """
 
     timeout: timedelta | None = None
@@ -36,6 +39,7 @@ class Options:
     min_numel: int = 16384
     error_feedback: bool | None = None
     seed: int = 0
+    check: str = "on"
 
     def __post_init__(self):
         self.validate()
@@ -53,6 +57,8 @@ class Options:
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 0:
                 raise ValueError(f"ringzip.Options: {name} must be a non-negative int, got {v!r}")
+        if self.check not in ("on", "off"):
+            raise ValueError(f"ringzip.Options: check must be 'on' or 'off', got {self.check!r}")
         if self.error_feedback is not None and not isinstance(self.error_feedback, bool):
             raise TypeError("ringzip.Options: error_feedback must be True, False or None")
 
@@ -68,13 +74,13 @@ class Options:
 
         The one place ringzip reads its environment: RINGZIP_CODEC, RINGZIP_ALGORITHM,
         RINGZIP_BUCKET_SIZE, RINGZIP_ROUNDING, RINGZIP_MIN_NUMEL, RINGZIP_ERROR_FEEDBACK
-        (0/1), RINGZIP_SEED, RINGZIP_TIMEOUT_S. Explicit pg_options win over the environment.
+        (0/1), RINGZIP_SEED, RINGZIP_TIMEOUT_S, RINGZIP_CHECK (on/off). Explicit pg_options win over the environment.
         """
         env = os.environ
         changes = {}
         if base is None:
             conv = {"codec": str, "algorithm": str, "rounding": str, "bucket_size": int, "min_numel": int,
-                    "seed": int}
+                    "seed": int, "check": str}
             for name, f in conv.items():
                 key = "RINGZIP_" + name.upper()
                 if key in env:

@@ -42,4 +42,25 @@ std::unique_ptr<Request> GlooTransport::irecv_any(void* data, size_t bytes, uint
   return std::make_unique<GlooRequest>(gloo_->recvAnysource(tensors, static_cast<int>(tag)));
 }
 
+// Gloo has no "close" call for a group, but a receive that times out makes its context signal
+// every pair, which closes all sockets (gloo/transport/tcp/unbound_buffer.cc): no transfer can
+// land in memory afterwards and each peer sees "connection closed" at once. So abort posts a
+// receive under a tag nobody sends (step 0xFFFF is never used by an algorithm) and waits 1 ms.
+// A pair that is already closed refuses the post; try the next peer.
+void GlooTransport::abort() {
+  std::call_once(aborted_, [&] {
+    constexpr int kPoisonTag = static_cast<int>((1u << 31) - 1);
+    for (int i = 1; i < size_; ++i) {
+      try {
+        poison_.push_back(at::empty({1}, at::TensorOptions().dtype(at::kByte)));
+        std::vector<at::Tensor> t{poison_.back()};
+        poison_work_.push_back(gloo_->recv(t, (rank_ + i) % size_, kPoisonTag));
+        poison_work_.back()->wait(std::chrono::milliseconds(1));
+      } catch (...) {
+        continue;  // timed out (all pairs now closed) or this pair was closed already
+      }
+    }
+  });
+}
+
 }  // namespace ringzip
