@@ -106,8 +106,8 @@ MismatchInfo exchange_fingerprints(Comm& c, const Fingerprint& mine, const std::
     const int cnt = std::min(d, n - d);
     const int to = (r - d + n) % n, from = (r + d) % n;
     const uint32_t tag = c.tag(kFingerprintStep + round);
-    auto rq = c.net.irecv(&blk[d], cnt * sizeof(Fingerprint), from, tag);
-    auto sq = c.net.isend(&blk[0], cnt * sizeof(Fingerprint), to, tag);
+    auto rq = c.post_recv(&blk[d], cnt * sizeof(Fingerprint), from, tag);
+    auto sq = c.post_send(&blk[0], cnt * sizeof(Fingerprint), to, tag);
     c.wait(*rq, from, "fingerprint exchange: receive from");
     c.wait(*sq, to, "fingerprint exchange: send to");
   }
