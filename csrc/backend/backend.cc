@@ -31,6 +31,7 @@ void RingzipBackend::shutdown() {
   }
   cv_.notify_all();
   if (worker_.joinable()) worker_.join();
+  net_->close();  // threads and sockets go now, even while Python still holds the group
 }
 
 void RingzipBackend::run_worker() {

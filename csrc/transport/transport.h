@@ -39,6 +39,8 @@ class Transport {
   // memory any more and peers blocked on this rank fail at once (docs/reliability.md). Called
   // after a failed collective; idempotent; the transport is unusable afterwards.
   virtual void abort() {}
+  // Releases connections and threads (group shutdown); later posts throw.
+  virtual void close() {}
 };
 
 // A request that is already complete (zero-byte transfers never touch the network).

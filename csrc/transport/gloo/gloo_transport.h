@@ -18,10 +18,13 @@ class GlooTransport final : public Transport {
   std::unique_ptr<Request> isend(const void* data, size_t bytes, int peer, uint32_t tag) override;
   std::unique_ptr<Request> irecv(void* data, size_t bytes, int peer, uint32_t tag) override;
   std::unique_ptr<Request> irecv_any(void* data, size_t bytes, uint32_t tag) override;
-  const c10::intrusive_ptr<c10d::Backend>& backend() const { return gloo_; }
   void abort() override;
+  void close() override;
 
  private:
+  c10::intrusive_ptr<c10d::Backend> live() const;  // throws once closed
+
+  mutable std::mutex mu_;
   c10::intrusive_ptr<c10d::Backend> gloo_;
   int rank_;
   int size_;
