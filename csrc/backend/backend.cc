@@ -66,7 +66,7 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::submit(c10d::OpType type, const c
   const uint64_t seq = seq_.fetch_add(nseq);
   auto work = c10::make_intrusive<CollectiveWork>(rank_, type, name, std::move(outputs), seq, to);
   std::function<void()> task = [this, work, body = std::move(body), seq, to, name, fp,
-                                check = cfg_.check == CheckMode::On] {
+                                check = fp.checked_under(cfg_.check)] {
     Comm c{*net_, host_compute(), static_cast<uint32_t>(seq), std::chrono::steady_clock::now() + to,
            std::string(name) + " on group '" + cfg_.group_name + "'"};
     if (!run_checked(c, *work, body, fp, seq, check)) return;

@@ -59,7 +59,14 @@ const char* first_difference(const Fingerprint& a, const Fingerprint& b) {
 CheckMode parse_check(const std::string& s) {
   if (s == "on" || s == "1" || s == "true") return CheckMode::On;
   if (s == "off" || s == "0" || s == "false") return CheckMode::Off;
-  RZ_CHECK_VALUE(false, "unknown check mode '", s, "' (expected on or off)");
+  if (s == "auto") return CheckMode::Auto;
+  RZ_CHECK_VALUE(false, "unknown check mode '", s, "' (expected on, auto or off)");
+}
+
+bool Fingerprint::checked_under(CheckMode mode) const {
+  if (mode != CheckMode::Auto) return mode == CheckMode::On;
+  if (numel < 0 || dtype == 0xFF) return numel < 0;  // all-to-all: sizes unknown, check
+  return numel * static_cast<int64_t>(c10::elementSize(static_cast<at::ScalarType>(dtype))) >= kAutoCheckBytes;
 }
 
 void Fingerprint::set_tensors(const std::vector<at::Tensor>& tensors) {

@@ -15,8 +15,11 @@
 
 namespace ringzip {
 
-enum class CheckMode : uint8_t { Off, On };
-CheckMode parse_check(const std::string& s);  // "on" / "off"
+// On: every collective. Auto: calls of at least kAutoCheckBytes per rank (where the extra
+// round is cheap next to the payload; smaller mismatched calls go unchecked). Off: none.
+enum class CheckMode : uint8_t { Off, On, Auto };
+constexpr int64_t kAutoCheckBytes = 1 << 20;
+CheckMode parse_check(const std::string& s);  // "on" / "auto" / "off"
 
 struct Fingerprint {
   uint32_t magic = 0x525A4631;  // "RZF1"
@@ -37,6 +40,8 @@ struct Fingerprint {
   void set_tensors(const std::vector<at::Tensor>& tensors);
   void set_codec(const std::string& name, uint32_t settings_hash);
   std::string describe() const;
+  // Whether `mode` checks this call (the same answer on every rank whose call matches).
+  bool checked_under(CheckMode mode) const;
 };
 static_assert(sizeof(Fingerprint) == 64, "fingerprint records are fixed-size on the wire");
 

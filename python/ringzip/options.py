@@ -28,7 +28,9 @@ class Options:
     seed: seed of stochastic rounding and random-k selection (same on all ranks).
     check: ``on`` (default): before each collective the ranks exchange a 64-byte fingerprint
         of the call (type, dtype, sizes, op, root, codec) and all raise a clear error on a
-        mismatch instead of exchanging data; ``off`` saves that round trip (docs/reliability.md).
+        mismatch instead of exchanging data; ``auto``: only calls of >= 1 MiB per rank, where
+        the extra round is cheap (smaller mismatched calls go unchecked); ``off``: never
+        (docs/reliability.md has the measured cost).
     """
 
     timeout: timedelta | None = None
@@ -57,8 +59,8 @@ class Options:
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 0:
                 raise ValueError(f"ringzip.Options: {name} must be a non-negative int, got {v!r}")
-        if self.check not in ("on", "off"):
-            raise ValueError(f"ringzip.Options: check must be 'on' or 'off', got {self.check!r}")
+        if self.check not in ("on", "auto", "off"):
+            raise ValueError(f"ringzip.Options: check must be 'on', 'auto' or 'off', got {self.check!r}")
         if self.error_feedback is not None and not isinstance(self.error_feedback, bool):
             raise TypeError("ringzip.Options: error_feedback must be True, False or None")
 
@@ -74,7 +76,7 @@ class Options:
 
         The one place ringzip reads its environment: RINGZIP_CODEC, RINGZIP_ALGORITHM,
         RINGZIP_BUCKET_SIZE, RINGZIP_ROUNDING, RINGZIP_MIN_NUMEL, RINGZIP_ERROR_FEEDBACK
-        (0/1), RINGZIP_SEED, RINGZIP_TIMEOUT_S, RINGZIP_CHECK (on/off). Explicit pg_options win over the environment.
+        (0/1), RINGZIP_SEED, RINGZIP_TIMEOUT_S, RINGZIP_CHECK (on/auto/off). Explicit pg_options win over the environment.
         """
         env = os.environ
         changes = {}

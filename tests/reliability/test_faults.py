@@ -106,16 +106,20 @@ def test_mismatches_raise_on_all_ranks_and_group_stays_usable():
         assert max(r[name][1] for r in res) < 5, (name, [r[name][1] for r in res])
 
 
-def rank_check_off(rank, world, tmp):
+def rank_check_modes(rank, world, tmp):
     init(tmp, rank, world, pg_options=ringzip.Options(check="off"))
     assert ringzip.get_options().check == "off"
+    _good_allreduce()
+    ringzip.set_options(check="auto")  # >= 1 MiB per rank is checked
+    big = torch.ones((1 << 18) + 1 + rank)
+    _expect_error(lambda: dist.all_reduce(big), "mismatched", "element count")
     _good_allreduce()
     dist.destroy_process_group()
     return True
 
 
-def test_check_off_runs():
-    check_all_ok(launch(rank_check_off, 2, timeout=60))
+def test_check_off_and_auto():
+    check_all_ok(launch(rank_check_modes, 2, timeout=60))
 
 
 # ---------------------------------------------------------------------------- timeouts
