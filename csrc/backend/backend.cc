@@ -31,6 +31,7 @@ void RingzipBackend::shutdown() {
   }
   cv_.notify_all();
   if (worker_.joinable()) worker_.join();
+  net_->close();  // threads and sockets go now, even while Python still holds the group
 }
 
 void RingzipBackend::run_worker() {
@@ -60,23 +61,23 @@ std::chrono::milliseconds RingzipBackend::effective(std::chrono::milliseconds t)
 c10::intrusive_ptr<c10d::Work> RingzipBackend::submit(c10d::OpType type, const char* name,
                                                       std::vector<at::Tensor> outputs,
                                                       std::chrono::milliseconds timeout, bool async,
-                                                      Body body, uint32_t nseq) {
+                                                      Body body, uint32_t nseq, const Fingerprint& fp) {
   const auto to = effective(timeout);
   const uint64_t seq = seq_.fetch_add(nseq);
   auto work = c10::make_intrusive<CollectiveWork>(rank_, type, name, std::move(outputs), seq, to);
-  std::function<void()> task = [this, work, body = std::move(body), seq, to, name] {
-    Comm c{*net_, host_compute(), static_cast<uint32_t>(seq), std::chrono::steady_clock::now() + to, name};
-    try {
-      body(c);
-    } catch (...) {
-      work->fail(std::current_exception());
-      return;
-    }
+  std::function<void()> task = [this, work, body = std::move(body), seq, to, name, fp,
+                                check = fp.checked_under(cfg_.check)] {
+    Comm c{*net_, host_compute(), static_cast<uint32_t>(seq), std::chrono::steady_clock::now() + to,
+           std::string(name) + " on group '" + cfg_.group_name + "'"};
+    if (!run_checked(c, *work, body, fp, seq, check)) return;
     work->complete();
   };
   {
     std::unique_lock<std::mutex> lock(mu_);
     RZ_CHECK(!stop_, name, ": the process group was shut down or aborted");
+    TORCH_CHECK_WITH(DistBackendError, broken_.empty(), "ringzip: ", name, " on group '", cfg_.group_name,
+                     "' (rank ", rank_, "): the group is unusable after an earlier failure: ", broken_,
+                     " -- destroy it and create a new process group");
     if (async || busy_ || !queue_.empty()) {
       queue_.push_back(std::move(task));
       lock.unlock();

@@ -13,6 +13,7 @@
 
 #include "backend/work.h"
 #include "backend/compression.h"
+#include "backend/fingerprint.h"
 #include "collective/algorithms.h"
 
 namespace ringzip {
@@ -23,6 +24,7 @@ struct Config {
   std::chrono::milliseconds timeout{std::chrono::minutes(30)};
   AllreduceAlgo algorithm = AllreduceAlgo::Auto;
   std::string group_name;
+  CheckMode check = CheckMode::On;  // mismatch check before each collective (fingerprint.h)
 };
 
 AllreduceAlgo parse_algorithm(const std::string& s);
@@ -37,7 +39,8 @@ class RingzipBackend final : public c10d::Backend {
   void setTimeout(std::chrono::milliseconds timeout) override { cfg_.timeout = timeout; }
   uint64_t getSequenceNumberForGroup() override { return seq_.load(); }
   void setSequenceNumberForGroup() override {}
-  void abort() override { shutdown(); }
+  // Breaks the transport (pending and later calls fail at once), then stops the worker.
+  void abort() override;
   void shutdown() override;
 
   c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
@@ -87,6 +90,9 @@ class RingzipBackend final : public c10d::Backend {
 
   const Config& config() const { return cfg_; }
   void set_algorithm(AllreduceAlgo a) { cfg_.algorithm = a; }
+  void set_check(CheckMode m) { cfg_.check = m; }
+  // Empty while the group is healthy; else why it is unusable (first failure).
+  std::string broken_reason() const;
   // Compression settings apply to collectives issued after the call (set_options).
   void set_compression(CompressionConfig cc);
   CompressionConfig compression() const;
@@ -107,15 +113,26 @@ class RingzipBackend final : public c10d::Backend {
   template <typename O>
   c10::intrusive_ptr<c10d::Work> enqueue(c10d::OpType type, const char* name,
                                          std::vector<at::Tensor> outputs, const O& opts, Body body,
-                                         uint32_t nseq = 1) {
+                                         uint32_t nseq = 1, const FpExtra& extra = {}) {
     bool async = true;
     if constexpr (requires { opts.asyncOp; }) async = opts.asyncOp;  // torch >= 2.7
-    return submit(type, name, std::move(outputs), opts.timeout, async, std::move(body), nseq);
+    Fingerprint fp = fingerprint(type, outputs, nseq, extra);
+    if constexpr (requires { opts.reduceOp; }) fp.op = static_cast<uint8_t>(opts.reduceOp.op_);
+    if constexpr (requires { opts.rootRank; }) fp.root = static_cast<int32_t>(opts.rootRank);
+    return submit(type, name, std::move(outputs), opts.timeout, async, std::move(body), nseq, fp);
   }
+  Fingerprint fingerprint(c10d::OpType type, const std::vector<at::Tensor>& outputs, uint32_t nseq,
+                          const FpExtra& extra) const;
+  // Runs the mismatch check (when on) and the body; on failure fails `work` and, unless the
+  // failure left the transport clean (a mismatch found before any payload), poisons the group.
+  bool run_checked(Comm& c, CollectiveWork& work, const Body& body, Fingerprint fp, uint64_t seq,
+                   bool check);
+  // Marks the group unusable (first reason wins) and breaks the transport.
+  void poison(const std::string& why);
   c10::intrusive_ptr<c10d::Work> submit(c10d::OpType type, const char* name,
                                         std::vector<at::Tensor> outputs,
                                         std::chrono::milliseconds timeout, bool async, Body body,
-                                        uint32_t nseq);
+                                        uint32_t nseq, const Fingerprint& fp);
   void run_worker();
   std::chrono::milliseconds effective(std::chrono::milliseconds t) const;
 
@@ -145,11 +162,12 @@ class RingzipBackend final : public c10d::Backend {
   Compression comp_;
   std::atomic<uint64_t> seq_{0};
 
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::function<void()>> queue_;
   bool stop_ = false;
   bool busy_ = false;  // a task runs, on the worker or inline
+  std::string broken_;  // set once by poison(); guarded by mu_
   std::thread worker_;
 };
 

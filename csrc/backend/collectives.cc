@@ -27,7 +27,7 @@ void run_reduce_scatter(Comm& c, Buf flat, const Reduction& red, const at::Tenso
   ring_reduce_scatter(c, flat, red.op, begin);
   Buf mine{flat.at(begin[c.rank()]), part, flat.dtype};
   if (red.post != 1.0) scale_inplace(mine.dtype, mine.data, mine.count, red.post);
-  std::memcpy(out.data_ptr(), mine.data, mine.bytes());
+  if (mine.bytes()) std::memcpy(out.data_ptr(), mine.data, mine.bytes());  // null for empty parts
 }
 
 void check_list(const std::vector<at::Tensor>& list, const at::Tensor& like, size_t expect,

@@ -24,6 +24,19 @@ CompressedCall call_of(const CompressionConfig& cc) {
   return call;
 }
 
+// What the mismatch check compares of the codec settings (backend/fingerprint.h).
+FpExtra codec_fingerprint(const CompressionConfig& cc) {
+  FpExtra e;
+  e.codec = cc.codec;
+  uint64_t h = 1469598103934665603ull;
+  for (uint64_t v : {static_cast<uint64_t>(cc.bucket_size), static_cast<uint64_t>(cc.stochastic), cc.seed,
+                     static_cast<uint64_t>(cc.algorithm)}) {
+    h = (h ^ v) * 1099511628211ull;
+  }
+  e.codec_hash = static_cast<uint32_t>(h ^ (h >> 32));
+  return e;
+}
+
 
 }  // namespace
 
@@ -66,7 +79,7 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::maybe_compressed_allreduce(
                    comp_.record(cc.codec, {1, in_bytes, c.bytes_sent, 2 * (n - 1) * in_bytes / n,
                                            c.codec_seconds,
                                            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()});
-                 });
+                 }, 1, codec_fingerprint(cc));
 }
 
 c10::intrusive_ptr<c10d::Work> RingzipBackend::maybe_compressed_reduce_scatter(
@@ -96,7 +109,7 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::maybe_compressed_reduce_scatter(
                    const int n = c.size();
                    comp_.record(cc.codec, {1, in_bytes, c.bytes_sent, (n - 1) * in_bytes / n, c.codec_seconds,
                                            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()});
-                 });
+                 }, 1, codec_fingerprint(cc));
 }
 
 }  // namespace ringzip

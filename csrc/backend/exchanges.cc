@@ -29,10 +29,10 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::gather(std::vector<std::vector<at
   return enqueue(c10d::OpType::GATHER, "gather", result, opts, [in, outs, root](Comm& c) {
     std::vector<void*> ptrs;
     for (const auto& o : outs) ptrs.push_back(o.work.data_ptr());
-    if (c.rank() == root) std::memcpy(ptrs[root], in.work.data_ptr(), in.work.nbytes());
+    if (c.rank() == root && in.work.nbytes()) std::memcpy(ptrs[root], in.work.data_ptr(), in.work.nbytes());
     ringzip::gather(c, in.work.data_ptr(), in.work.nbytes(), ptrs, root);
     for (const auto& o : outs) o.finish();
-  });
+  }, 1, FpExtra{&inputs[0]});  // non-roots have no outputs: compare the input
 }
 
 c10::intrusive_ptr<c10d::Work> RingzipBackend::scatter(std::vector<at::Tensor>& outputs,
@@ -58,7 +58,7 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::scatter(std::vector<at::Tensor>& 
   return enqueue(c10d::OpType::SCATTER, "scatter", outputs, opts, [ins, out, root](Comm& c) {
     std::vector<const void*> ptrs;
     for (const auto& i : ins) ptrs.push_back(i.work.data_ptr());
-    if (c.rank() == root) std::memcpy(out.work.data_ptr(), ptrs[root], out.work.nbytes());
+    if (c.rank() == root && out.work.nbytes()) std::memcpy(out.work.data_ptr(), ptrs[root], out.work.nbytes());
     ringzip::scatter(c, ptrs, out.work.data_ptr(), out.work.nbytes(), root);
     out.finish();
   });
@@ -123,7 +123,7 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::alltoall_base(at::Tensor& output,
                    }
                    ringzip::alltoall(c, sp, sb, rp, rb);
                    out.finish();
-                 });
+                 }, 1, FpExtra{nullptr, true});  // splits differ by rank
 }
 
 c10::intrusive_ptr<c10d::Work> RingzipBackend::alltoall(std::vector<at::Tensor>& outputs,
@@ -157,7 +157,7 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::alltoall(std::vector<at::Tensor>&
     }
     ringzip::alltoall(c, sp, sb, rp, rb);
     for (const auto& o : outs) o.finish();
-  });
+  }, 1, FpExtra{nullptr, true});  // sizes may differ by rank
 }
 
 }  // namespace ringzip

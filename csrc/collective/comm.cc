@@ -11,8 +11,31 @@ void Comm::wait(Request& req, int peer, const char* what) {
   try {
     req.wait(left);
   } catch (const std::exception& e) {
+    // The collective is lost: break the transport before unwinding frees the buffers of
+    // requests still posted, and so that peers blocked on this rank fail now, not at timeout.
+    net.abort();
     TORCH_CHECK_WITH(DistBackendError, false, "ringzip ", op, " (seq ", seq, ", rank ", rank(),
                      " of ", size(), "): ", what, " rank ", peer, " failed: ", e.what());
+  }
+}
+
+std::unique_ptr<Request> Comm::post_send(const void* p, size_t bytes, int peer, uint32_t full_tag) {
+  try {
+    return net.isend(p, bytes, peer, full_tag);
+  } catch (const std::exception& e) {
+    net.abort();
+    TORCH_CHECK_WITH(DistBackendError, false, "ringzip ", op, " (seq ", seq, ", rank ", rank(), " of ", size(),
+                     "): posting a send to rank ", peer, " failed: ", e.what());
+  }
+}
+
+std::unique_ptr<Request> Comm::post_recv(void* p, size_t bytes, int peer, uint32_t full_tag) {
+  try {
+    return net.irecv(p, bytes, peer, full_tag);
+  } catch (const std::exception& e) {
+    net.abort();
+    TORCH_CHECK_WITH(DistBackendError, false, "ringzip ", op, " (seq ", seq, ", rank ", rank(), " of ", size(),
+                     "): posting a receive from rank ", peer, " failed: ", e.what());
   }
 }
 

@@ -27,11 +27,15 @@ struct Comm {
   uint32_t tag(uint32_t step) const { return (1u << 30) | ((seq & 0x3FFFu) << 16) | (step & 0xFFFFu); }
   std::unique_ptr<Request> isend(const void* p, size_t bytes, int peer, uint32_t step) {
     bytes_sent += bytes;
-    return net.isend(p, bytes, peer, tag(step));
+    return post_send(p, bytes, peer, tag(step));
   }
   std::unique_ptr<Request> irecv(void* p, size_t bytes, int peer, uint32_t step) {
-    return net.irecv(p, bytes, peer, tag(step));
+    return post_recv(p, bytes, peer, tag(step));
   }
+  // Posts on the transport (no byte accounting); a refused post (broken connection) is
+  // rethrown naming the op, rank and peer, and aborts the transport like a failed wait.
+  std::unique_ptr<Request> post_send(const void* p, size_t bytes, int peer, uint32_t full_tag);
+  std::unique_ptr<Request> post_recv(void* p, size_t bytes, int peer, uint32_t full_tag);
   // Waits within the call's deadline; failures are rethrown naming the op, rank and peer.
   void wait(Request& req, int peer, const char* what);
   void wait_all(std::vector<std::unique_ptr<Request>>& reqs, const std::vector<int>& peers,

@@ -56,6 +56,8 @@ void bind_backend(py::module_& m) {
            py::arg("gloo"), py::arg("timeout"), py::arg("algorithm") = "auto", py::arg("group_name") = "",
            py::call_guard<py::gil_scoped_release>())
       .def("set_algorithm", [](RingzipBackend& b, const std::string& a) { b.set_algorithm(parse_algorithm(a)); })
+      .def("set_check", [](RingzipBackend& b, const std::string& m) { b.set_check(parse_check(m)); })
+      .def_property_readonly("broken_reason", &RingzipBackend::broken_reason)
       .def("set_compression",
            [](RingzipBackend& b, const std::string& codec, int64_t bucket_size, bool stochastic,
               int64_t min_numel, std::optional<bool> error_feedback, uint64_t seed, const std::string& algorithm) {

@@ -35,6 +35,12 @@ class Transport {
   // True when a receive may be posted before the matching send's group exists (host
   // transports buffer by tag); stream-ordered transports say false and get grouped schedules.
   virtual bool eager_receives() const { return true; }
+  // Breaks every connection of this transport so that no pending or late transfer can touch
+  // memory any more and peers blocked on this rank fail at once (docs/reliability.md). Called
+  // after a failed collective; idempotent; the transport is unusable afterwards.
+  virtual void abort() {}
+  // Releases connections and threads (group shutdown); later posts throw.
+  virtual void close() {}
 };
 
 // A request that is already complete (zero-byte transfers never touch the network).

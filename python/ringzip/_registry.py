@@ -17,6 +17,7 @@ _options: "dict[int, Options]" = {}
 
 def apply_options(backend: "_C.RingzipBackend", opts: Options) -> None:
     backend.set_algorithm(dense_algorithm(opts.algorithm))
+    backend.set_check(opts.check)
     backend.set_compression(
         codec=opts.codec,
         bucket_size=opts.bucket_size,

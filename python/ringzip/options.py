@@ -28,6 +28,11 @@ class Options:
     seed: seed of stochastic rounding and random-k selection (same on all ranks).
     transport: for CUDA tensors: ``auto`` (NCCL when this build has CUDA) or ``gloo``
         (host-staged through Gloo). CPU tensors always use Gloo.
+    check: ``on`` (default): before each collective the ranks exchange a 64-byte fingerprint
+        of the call (type, dtype, sizes, op, root, codec) and all raise a clear error on a
+        mismatch instead of exchanging data; ``auto``: only calls of >= 1 MiB per rank, where
+        the extra round is cheap (smaller mismatched calls go unchecked); ``off``: never
+        (docs/reliability.md has the measured cost).
     """
 
     timeout: timedelta | None = None
@@ -39,6 +44,7 @@ class Options:
     error_feedback: bool | None = None
     seed: int = 0
     transport: str = "auto"
+    check: str = "on"
 
     def __post_init__(self):
         self.validate()
@@ -58,6 +64,8 @@ class Options:
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 0:
                 raise ValueError(f"ringzip.Options: {name} must be a non-negative int, got {v!r}")
+        if self.check not in ("on", "auto", "off"):
+            raise ValueError(f"ringzip.Options: check must be 'on', 'auto' or 'off', got {self.check!r}")
         if self.error_feedback is not None and not isinstance(self.error_feedback, bool):
             raise TypeError("ringzip.Options: error_feedback must be True, False or None")
 
@@ -73,13 +81,13 @@ class Options:
 
         The one place ringzip reads its environment: RINGZIP_CODEC, RINGZIP_ALGORITHM,
         RINGZIP_BUCKET_SIZE, RINGZIP_ROUNDING, RINGZIP_MIN_NUMEL, RINGZIP_ERROR_FEEDBACK
-        (0/1), RINGZIP_SEED, RINGZIP_TRANSPORT, RINGZIP_TIMEOUT_S. Explicit pg_options win over the environment.
+        (0/1), RINGZIP_SEED, RINGZIP_TRANSPORT, RINGZIP_TIMEOUT_S, RINGZIP_CHECK (on/auto/off). Explicit pg_options win over the environment.
         """
         env = os.environ
         changes = {}
         if base is None:
             conv = {"codec": str, "algorithm": str, "rounding": str, "bucket_size": int, "min_numel": int,
-                    "seed": int, "transport": str}
+                    "seed": int, "transport": str, "check": str}
             for name, f in conv.items():
                 key = "RINGZIP_" + name.upper()
                 if key in env:

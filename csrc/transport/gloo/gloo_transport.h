@@ -3,6 +3,8 @@
 // which the Python creator builds on a prefix of the group's store.
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 
+#include <mutex>
+
 #include "transport/transport.h"
 
 namespace ringzip {
@@ -16,12 +18,19 @@ class GlooTransport final : public Transport {
   std::unique_ptr<Request> isend(const void* data, size_t bytes, int peer, uint32_t tag) override;
   std::unique_ptr<Request> irecv(void* data, size_t bytes, int peer, uint32_t tag) override;
   std::unique_ptr<Request> irecv_any(void* data, size_t bytes, uint32_t tag) override;
-  const c10::intrusive_ptr<c10d::Backend>& backend() const { return gloo_; }
+  void abort() override;
+  void close() override;
 
  private:
+  c10::intrusive_ptr<c10d::Backend> live() const;  // throws once closed
+
+  mutable std::mutex mu_;
   c10::intrusive_ptr<c10d::Backend> gloo_;
   int rank_;
   int size_;
+  std::once_flag aborted_;
+  std::vector<at::Tensor> poison_;                   // kept alive: gloo may still point at them
+  std::vector<c10::intrusive_ptr<c10d::Work>> poison_work_;
 };
 
 }  // namespace ringzip

@@ -1,0 +1,140 @@
+#include "backend/fingerprint.h"
+
+#include <torch/csrc/distributed/c10d/Types.hpp>
+#include <torch/csrc/distributed/c10d/Work.hpp>
+
+#include <algorithm>
+#include <cstring>
+#include <sstream>
+
+#include "common/check.h"
+
+namespace ringzip {
+namespace {
+
+// Steps 0xFFF0.. of the call's tag space: far above any algorithm's steps (docs/algorithms.md).
+constexpr uint32_t kFingerprintStep = 0xFFF0;
+
+uint64_t mix(uint64_t h, uint64_t v) {  // FNV-1a over 8 bytes
+  for (int i = 0; i < 8; ++i) {
+    h ^= (v >> (8 * i)) & 0xFF;
+    h *= 0x100000001B3ull;
+  }
+  return h;
+}
+
+const char* op_name(uint8_t op) {
+  static const char* names[] = {"SUM", "AVG", "PRODUCT", "MIN", "MAX", "BAND", "BOR", "BXOR", "PREMUL_SUM"};
+  return op < 9 ? names[op] : "?";
+}
+
+std::string dtype_name(uint8_t t) {
+  if (t == 0xFF) return "none";
+  return c10::toString(static_cast<at::ScalarType>(t));
+}
+
+std::string codec_of(const Fingerprint& f) {
+  return std::string(f.codec, strnlen(f.codec, sizeof(f.codec)));
+}
+
+// The first field in which a and b differ, for the error message.
+const char* first_difference(const Fingerprint& a, const Fingerprint& b) {
+  if (a.magic != b.magic) return "the ringzip wire version";
+  if (a.type != b.type) return "the collective";
+  if (a.nseq != b.nseq) return "the number of coalesced tensors";
+  if (a.seq != b.seq) return "the sequence number";
+  if (a.dtype != b.dtype) return "dtype";
+  if (a.numel != b.numel) return "element count";
+  if (a.shapes != b.shapes) return "tensor sizes";
+  if (a.op != b.op) return "reduce op";
+  if (a.root != b.root) return "root rank";
+  if (codec_of(a) != codec_of(b)) return "codec";
+  if (a.codec_hash != b.codec_hash) return "codec settings (bucket size, rounding, seed or algorithm)";
+  if (a.algo != b.algo) return "all-reduce algorithm setting";
+  return nullptr;
+}
+
+}  // namespace
+
+CheckMode parse_check(const std::string& s) {
+  if (s == "on" || s == "1" || s == "true") return CheckMode::On;
+  if (s == "off" || s == "0" || s == "false") return CheckMode::Off;
+  if (s == "auto") return CheckMode::Auto;
+  RZ_CHECK_VALUE(false, "unknown check mode '", s, "' (expected on, auto or off)");
+}
+
+bool Fingerprint::checked_under(CheckMode mode) const {
+  if (mode != CheckMode::Auto) return mode == CheckMode::On;
+  if (numel < 0 || dtype == 0xFF) return numel < 0;  // all-to-all: sizes unknown, check
+  return numel * static_cast<int64_t>(c10::elementSize(static_cast<at::ScalarType>(dtype))) >= kAutoCheckBytes;
+}
+
+void Fingerprint::set_tensors(const std::vector<at::Tensor>& tensors) {
+  uint64_t h = 0xCBF29CE484222325ull;
+  int64_t total = 0;
+  for (const auto& t : tensors) {
+    h = mix(mix(h, static_cast<uint64_t>(t.numel())), static_cast<uint64_t>(t.scalar_type()));
+    total += t.numel();
+  }
+  shapes = mix(h, tensors.size());
+  numel = total;
+  dtype = tensors.empty() ? 0xFF : static_cast<uint8_t>(tensors[0].scalar_type());
+}
+
+void Fingerprint::set_codec(const std::string& name, uint32_t settings_hash) {
+  std::memset(codec, 0, sizeof(codec));
+  std::memcpy(codec, name.data(), std::min(name.size(), sizeof(codec)));
+  codec_hash = settings_hash;
+}
+
+std::string Fingerprint::describe() const {
+  std::ostringstream o;
+  o << c10d::opTypeToString(static_cast<c10d::OpType>(type)) << "(";
+  o << "dtype " << dtype_name(dtype);
+  if (numel >= 0) o << ", " << numel << " elements";
+  if (nseq != 1) o << ", " << nseq << " tensors";
+  if (op != 0xFF) o << ", op " << op_name(op);
+  if (root >= 0) o << ", root " << root;
+  const auto cname = codec_of(*this);
+  o << ", codec " << (cname.empty() ? "none (exact)" : cname);
+  o << ", call #" << seq << ")";
+  return o.str();
+}
+
+MismatchInfo exchange_fingerprints(Comm& c, const Fingerprint& mine, const std::string& group) {
+  const int n = c.size(), r = c.rank();
+  MismatchInfo info;
+  if (n == 1) return info;
+  // blk[j] holds the record of rank (r + j) mod n.
+  std::vector<Fingerprint> blk(n);
+  blk[0] = mine;
+  uint32_t round = 0;
+  for (int d = 1; d < n; d *= 2, ++round) {
+    const int cnt = std::min(d, n - d);
+    const int to = (r - d + n) % n, from = (r + d) % n;
+    const uint32_t tag = c.tag(kFingerprintStep + round);
+    auto rq = c.post_recv(&blk[d], cnt * sizeof(Fingerprint), from, tag);
+    auto sq = c.post_send(&blk[0], cnt * sizeof(Fingerprint), to, tag);
+    c.wait(*rq, from, "fingerprint exchange: receive from");
+    c.wait(*sq, to, "fingerprint exchange: send to");
+  }
+  // Every rank compares the same records the same way, so all raise the same message.
+  auto of = [&](int rank) -> const Fingerprint& { return blk[(rank - r + n) % n]; };
+  for (int j = 1; j < n; ++j) {
+    const char* what = first_difference(of(0), of(j));
+    if (!what) continue;
+    info.found = true;
+    info.desync = of(0).nseq != of(j).nseq || of(0).seq != of(j).seq || of(0).magic != of(j).magic;
+    std::ostringstream o;
+    o << "ringzip: mismatched collective calls in group '" << group << "' (detected on rank " << r << " of "
+      << n << "): rank 0 called " << of(0).describe() << " but rank " << j << " called " << of(j).describe()
+      << "; they differ in " << what << ". No data was exchanged"
+      << (info.desync ? "; the ranks' call sequences diverged, so the group is now unusable"
+                      : "; the group stays usable");
+    info.message = o.str();
+    break;
+  }
+  return info;
+}
+
+}  // namespace ringzip

@@ -1,0 +1,68 @@
+#pragma once
+// Mismatch check: before a collective's payload moves, every rank learns every other rank's
+// fingerprint of the call (collective type, dtype, element count, shapes, reduce op, root,
+// codec settings, sequence slot) through a dissemination allgather of fixed-size records, and
+// all ranks raise the same error naming the difference. Records have the same size on every
+// rank whatever the call, so the exchange itself cannot be confused by the mismatch it finds.
+// Cost and modes: docs/reliability.md.
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "collective/comm.h"
+
+namespace ringzip {
+
+// On: every collective. Auto: calls of at least kAutoCheckBytes per rank (where the extra
+// round is cheap next to the payload; smaller mismatched calls go unchecked). Off: none.
+enum class CheckMode : uint8_t { Off, On, Auto };
+constexpr int64_t kAutoCheckBytes = 1 << 20;
+CheckMode parse_check(const std::string& s);  // "on" / "auto" / "off"
+
+struct Fingerprint {
+  uint32_t magic = 0x525A4631;  // "RZF1"
+  uint16_t type = 0;            // c10d::OpType
+  uint8_t dtype = 0xFF;         // at::ScalarType of the data; 0xFF: none
+  uint8_t op = 0xFF;            // c10d::ReduceOp::RedOpType; 0xFF: none
+  int32_t root = -1;
+  uint32_t nseq = 1;            // sequence numbers the call takes (coalesced calls: one per item)
+  uint64_t seq = 0;
+  int64_t numel = -1;           // elements per rank; -1: not compared (all-to-all splits)
+  uint64_t shapes = 0;          // hash of every tensor's element count and dtype, in order
+  uint8_t algo = 0;             // dense all-reduce algorithm setting
+  uint8_t reserved[3] = {};
+  uint32_t codec_hash = 0;      // bucket size, rounding, seed, compressed algorithm
+  char codec[16] = {};          // codec name; empty: exact
+
+  // Fills dtype, numel and shapes from `tensors` (numel: their total element count).
+  void set_tensors(const std::vector<at::Tensor>& tensors);
+  void set_codec(const std::string& name, uint32_t settings_hash);
+  std::string describe() const;
+  // Whether `mode` checks this call (the same answer on every rank whose call matches).
+  bool checked_under(CheckMode mode) const;
+};
+static_assert(sizeof(Fingerprint) == 64, "fingerprint records are fixed-size on the wire");
+
+// What a caller may add to the fingerprint derived from the call's tensors and options.
+struct FpExtra {
+  const at::Tensor* sized_by = nullptr;  // fingerprint this tensor instead of the outputs
+  bool skip_sizes = false;               // sizes legitimately differ by rank (all-to-all)
+  std::string codec;                     // compressed calls: codec name
+  uint32_t codec_hash = 0;
+};
+
+// Thrown (as c10::DistBackendError) when the ranks' fingerprints differ. `desync` is true when
+// the ranks consumed different numbers of sequence numbers: the group cannot continue.
+struct MismatchInfo {
+  bool found = false;
+  bool desync = false;
+  std::string message;
+};
+
+// Exchanges fingerprints over the group (dissemination allgather, ceil(log2 n) rounds of
+// 64*k bytes) and compares them. Transport failures throw like any collective step.
+MismatchInfo exchange_fingerprints(Comm& c, const Fingerprint& mine, const std::string& group);
+
+}  // namespace ringzip

@@ -1,0 +1,100 @@
+// Failure handling of RingzipBackend: mismatch check before each collective, poisoning of the
+// group after a failed one, abort. Policy and figures: docs/reliability.md.
+#include <torch/csrc/distributed/c10d/Types.hpp>
+
+#include "backend/backend.h"
+#include "common/check.h"
+
+namespace ringzip {
+namespace {
+
+std::string message_of(std::exception_ptr e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const c10::Error& err) {
+    return err.what_without_backtrace();
+  } catch (const std::exception& err) {
+    return err.what();
+  } catch (...) {
+    return "unknown error";
+  }
+}
+
+}  // namespace
+
+Fingerprint RingzipBackend::fingerprint(c10d::OpType type, const std::vector<at::Tensor>& outputs,
+                                        uint32_t nseq, const FpExtra& extra) const {
+  Fingerprint fp;
+  fp.type = static_cast<uint16_t>(type);
+  fp.nseq = nseq;
+  fp.algo = static_cast<uint8_t>(cfg_.algorithm);
+  if (extra.sized_by) {
+    fp.set_tensors({*extra.sized_by});
+  } else {
+    fp.set_tensors(outputs);
+  }
+  if (extra.skip_sizes) {
+    fp.numel = -1;
+    fp.shapes = 0;
+  }
+  if (!extra.codec.empty()) fp.set_codec(extra.codec, extra.codec_hash);
+  return fp;
+}
+
+bool RingzipBackend::run_checked(Comm& c, CollectiveWork& work, const Body& body, Fingerprint fp,
+                                 uint64_t seq, bool check) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!broken_.empty()) {  // queued before the failure: fail without touching the transport
+      try {
+        TORCH_CHECK_WITH(DistBackendError, false, "ringzip ", c.op, " (seq ", seq, ", rank ", rank_,
+                         "): not run, the group became unusable after an earlier failure: ", broken_);
+      } catch (...) {
+        work.fail(std::current_exception());
+      }
+      return false;
+    }
+  }
+  bool clean = false;  // failure found while the transport is still in step on all ranks
+  try {
+    if (check) {
+      fp.seq = seq;
+      const MismatchInfo mm = exchange_fingerprints(c, fp, cfg_.group_name);
+      if (mm.found) {
+        clean = !mm.desync;
+        TORCH_CHECK_WITH(DistBackendError, false, mm.message);
+      }
+    }
+    body(c);
+    return true;
+  } catch (...) {
+    auto e = std::current_exception();
+    if (!clean) poison(message_of(e));
+    work.fail(e);
+    return false;
+  }
+}
+
+void RingzipBackend::poison(const std::string& why) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (broken_.empty()) {
+      const auto nl = why.find('\n');
+      broken_ = nl == std::string::npos ? why : why.substr(0, nl);
+      if (broken_.empty()) broken_ = "unknown error";
+    }
+  }
+  net_->abort();
+}
+
+std::string RingzipBackend::broken_reason() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return broken_;
+}
+
+void RingzipBackend::abort() {
+  poison("the process group was aborted (abort())");
+  shutdown();
+}
+
+}  // namespace ringzip
