@@ -24,7 +24,7 @@ struct Config {
   std::chrono::milliseconds timeout{std::chrono::minutes(30)};
   AllreduceAlgo algorithm = AllreduceAlgo::Auto;
   std::string group_name;
-  CheckMode check = CheckMode::On;  // mismatch check before each collective (fingerprint.h)
+  CheckMode check = CheckMode::Auto;  // mismatch check before each collective (fingerprint.h)
 };
 
 AllreduceAlgo parse_algorithm(const std::string& s);

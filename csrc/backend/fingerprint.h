@@ -18,7 +18,7 @@ namespace ringzip {
 // On: every collective. Auto: calls of at least kAutoCheckBytes per rank (where the extra
 // round is cheap next to the payload; smaller mismatched calls go unchecked). Off: none.
 enum class CheckMode : uint8_t { Off, On, Auto };
-constexpr int64_t kAutoCheckBytes = 1 << 20;
+constexpr int64_t kAutoCheckBytes = 4 << 20;
 CheckMode parse_check(const std::string& s);  // "on" / "auto" / "off"
 
 struct Fingerprint {
