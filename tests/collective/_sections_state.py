@@ -273,6 +273,17 @@ def section_stats(t, gs, ref):
         rb2 = ringzip.stats(gs)["residual_bytes"]
         assert rb == 4 * N, f"residual_bytes {rb}, expected one float32 residual of {N} elements"
         assert rb2 == rb, f"q8 stochastic (unbiased, EF off by default) allocated residuals: {rb} -> {rb2}"
+    with chk.case("stats/residual_bounded_for_fresh_tensors"):
+        # A fresh tensor each step (the previous one freed) inherits the freed tensor's residual.
+        setopt(gs, codec="topk:0.01", algorithm="sparse", error_feedback=None)
+        y = x.clone()
+        dist.all_reduce(y, group=gs)
+        before = ringzip.stats(gs)["residual_bytes"]
+        for _ in range(5):
+            y = x.clone()
+            dist.all_reduce(y, group=gs)
+        after = ringzip.stats(gs)["residual_bytes"]
+        assert after == before, f"residual memory grew with fresh tensors: {before} -> {after}"
 
 
 # --------------------------------------------------------------------------------------------
