@@ -16,13 +16,15 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-PYDIR = ROOT / "python"
-sys.path.insert(0, str(PYDIR))
+import ringzip
+from ringzip.bench import netem
+from ringzip.bench.common import parse_net, parse_size, size_sweep
+from ringzip.bench.ops import bus_factor
 
-from ringzip.bench import netem  # noqa: E402
-from ringzip.bench.common import parse_net, parse_size, size_sweep  # noqa: E402
-from ringzip.bench.ops import bus_factor  # noqa: E402
+ROOT = Path(__file__).resolve().parents[2]
+# Where the ringzip under test lives (installed, or the tree on PYTHONPATH): child processes
+# must import the same one.
+PYDIR = Path(ringzip.__file__).resolve().parents[1]
 
 KEYS = ["op", "size_bytes", "dtype", "backend", "codec", "algorithm", "nproc", "time_us", "algbw_gbps",
         "busbw_gbps", "ratio", "speedup_vs_gloo", "max_abs_err", "rel_l2_err", "link_gbit"]

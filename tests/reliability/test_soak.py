@@ -6,12 +6,16 @@ import os
 import subprocess
 import sys
 
+import ringzip
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# The ringzip under test (installed, or the tree on PYTHONPATH): the soak process imports it too.
+PYDIR = os.path.dirname(os.path.dirname(os.path.abspath(ringzip.__file__)))
 
 
 def test_short_soak(tmp_path):
     out = tmp_path / "soak.json"
-    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python") + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = dict(os.environ, PYTHONPATH=PYDIR + os.pathsep + os.environ.get("PYTHONPATH", ""))
     p = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "soak.py"), "--collectives", "2000",
                         "--hard-timeout", "110", "--timeout", "60", "--json", str(out)],
                        env=env, capture_output=True, text=True, timeout=120)
