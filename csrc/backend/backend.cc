@@ -9,7 +9,8 @@ AllreduceAlgo parse_algorithm(const std::string& s) {
   if (s == "auto") return AllreduceAlgo::Auto;
   if (s == "ring") return AllreduceAlgo::Ring;
   if (s == "rd" || s == "recursive_doubling") return AllreduceAlgo::RecursiveDoubling;
-  RZ_CHECK_VALUE(false, "unknown algorithm '", s, "' (expected auto, ring or rd)");
+  if (s == "direct") return AllreduceAlgo::Direct;
+  RZ_CHECK_VALUE(false, "unknown algorithm '", s, "' (expected auto, ring, rd or direct)");
 }
 
 RingzipBackend::RingzipBackend(std::unique_ptr<Transport> net, Config cfg)

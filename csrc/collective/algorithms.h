@@ -7,7 +7,7 @@
 
 namespace ringzip {
 
-enum class AllreduceAlgo { Auto, Ring, RecursiveDoubling };
+enum class AllreduceAlgo { Auto, Ring, RecursiveDoubling, Direct };
 
 // Picks the algorithm for a dense all-reduce of `bytes` over `ranks` (cost model in algorithms.cc).
 AllreduceAlgo choose_allreduce(size_t bytes, int ranks, AllreduceAlgo requested);
@@ -15,6 +15,7 @@ AllreduceAlgo choose_allreduce(size_t bytes, int ranks, AllreduceAlgo requested)
 void allreduce(Comm& c, Buf data, RedOp op, AllreduceAlgo algo);
 void ring_allreduce(Comm& c, Buf data, RedOp op);
 void rd_allreduce(Comm& c, Buf data, RedOp op);
+void direct_allreduce(Comm& c, Buf data, RedOp op);
 
 // Ring reduce-scatter in place: afterwards rank i's part [begin[i], begin[i+1]) holds the
 // reduction over all ranks. `begin` has size()+1 entries.

@@ -51,15 +51,17 @@ AllreduceAlgo choose_allreduce(size_t bytes, int ranks, AllreduceAlgo requested)
   if (requested != AllreduceAlgo::Auto) return requested;
   // Recursive doubling moves log2(n) whole buffers, the ring 2(n-1)/n of one buffer in
   // 2(n-1) latency-bound steps: below this size latency dominates (bench/results).
-  constexpr size_t kRingThreshold = 1 << 20;
+  // Direct exchange (one round, (n-1)·S bytes out) while the payload is tiny.
+  constexpr size_t kRingThreshold = 1 << 20, kDirectMaxSent = 16 << 10;
+  if (bytes * (ranks - 1) <= kDirectMaxSent) return AllreduceAlgo::Direct;
   return bytes < kRingThreshold ? AllreduceAlgo::RecursiveDoubling : AllreduceAlgo::Ring;
 }
 
 void allreduce(Comm& c, Buf data, RedOp op, AllreduceAlgo algo) {
-  if (choose_allreduce(data.bytes(), c.size(), algo) == AllreduceAlgo::Ring) {
-    ring_allreduce(c, data, op);
-  } else {
-    rd_allreduce(c, data, op);
+  switch (choose_allreduce(data.bytes(), c.size(), algo)) {
+    case AllreduceAlgo::Ring: return ring_allreduce(c, data, op);
+    case AllreduceAlgo::Direct: return direct_allreduce(c, data, op);
+    default: return rd_allreduce(c, data, op);
   }
 }
 
