@@ -1,6 +1,8 @@
 #include <cmath>
 #include <algorithm>
 #include <cstring>
+#include <mutex>
+#include <vector>
 
 #include "collective/compute.h"
 #include "collective/reduce.h"
@@ -8,11 +10,53 @@
 namespace ringzip {
 namespace {
 
+// Scratch blocks are recycled: a fresh multi-megabyte allocation is fresh pages from the
+// kernel, and faulting them in on every call cost a large all-reduce tens of milliseconds.
+class BlockPool {
+ public:
+  std::shared_ptr<uint8_t> get(size_t bytes) {
+    bytes = std::max<size_t>(bytes, 64);
+    std::unique_ptr<uint8_t[]> block;
+    size_t size = bytes;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto best = free_.end();
+      for (auto it = free_.begin(); it != free_.end(); ++it)  // smallest block that fits
+        if (it->size >= bytes && (best == free_.end() || it->size < best->size)) best = it;
+      if (best != free_.end()) {
+        block = std::move(best->data);
+        size = best->size;
+        pooled_ -= size;
+        free_.erase(best);
+      }
+    }
+    if (!block) block.reset(new uint8_t[bytes]);
+    uint8_t* raw = block.release();
+    return std::shared_ptr<uint8_t>(raw, [this, size](uint8_t* p) { put(p, size); });
+  }
+
+ private:
+  static constexpr size_t kMaxPooledBytes = size_t(512) << 20;
+  static constexpr size_t kMaxBlocks = 16;
+  struct Block {
+    std::unique_ptr<uint8_t[]> data;
+    size_t size;
+  };
+  void put(uint8_t* p, size_t size) {
+    std::unique_ptr<uint8_t[]> owned(p);
+    std::lock_guard<std::mutex> lock(mu_);
+    if (free_.size() >= kMaxBlocks || pooled_ + size > kMaxPooledBytes) return;  // freed here
+    pooled_ += size;
+    free_.push_back({std::move(owned), size});
+  }
+  std::mutex mu_;
+  std::vector<Block> free_;
+  size_t pooled_ = 0;
+};
+
 class HostCompute final : public Compute {
  public:
-  std::shared_ptr<uint8_t> alloc(size_t bytes) override {
-    return std::shared_ptr<uint8_t>(new uint8_t[bytes ? bytes : 1], std::default_delete<uint8_t[]>());
-  }
+  std::shared_ptr<uint8_t> alloc(size_t bytes) override { return pool_.get(bytes); }
   void copy(void* dst, const void* src, size_t bytes) override {
     if (bytes && dst != src) std::memmove(dst, src, bytes);
   }
@@ -60,6 +104,9 @@ class HostCompute final : public Compute {
     std::memcpy(payload + 4, &flags, 4);
     std::memcpy(payload + 8, vals + 1, k * sizeof(float));
   }
+
+ private:
+  BlockPool pool_;
 };
 
 }  // namespace

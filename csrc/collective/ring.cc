@@ -14,9 +14,16 @@
 namespace ringzip {
 namespace {
 
-// Few, large messages: per-message costs (thread wake-ups, rendezvous) dominate on a busy
-// host, and 4 MiB still gives several segments per part above ~16 MiB (bench/results).
-constexpr size_t kSegmentBytes = 4 << 20;
+// Few, large messages (per-message costs -- thread wake-ups, rendezvous -- dominate on a busy
+// host), but at least kMinSegments per part so the pipeline has something to overlap.
+constexpr size_t kMaxSegmentBytes = 4 << 20, kMinSegmentBytes = 1 << 20, kMinSegments = 4;
+
+size_t segment_elems(const std::vector<size_t>& begin, size_t esz) {
+  size_t max_part = 0;
+  for (size_t p = 0; p + 1 < begin.size(); ++p) max_part = std::max(max_part, begin[p + 1] - begin[p]);
+  const size_t bytes = std::clamp(max_part * esz / kMinSegments, kMinSegmentBytes, kMaxSegmentBytes);
+  return std::max<size_t>(1, bytes / esz);
+}
 
 struct Ring {
   Comm& c;
@@ -29,7 +36,7 @@ struct Ring {
 
   Ring(Comm& comm, Buf d, const std::vector<size_t>& b)
       : c(comm), data(d), begin(b), n(comm.size()), r(comm.rank()), right((r + 1) % n),
-        left((r + n - 1) % n), esz(dtype_size(d.dtype)), seg(std::max<size_t>(1, kSegmentBytes / esz)) {}
+        left((r + n - 1) % n), esz(dtype_size(d.dtype)), seg(segment_elems(b, esz)) {}
   int part(int i) const { return ((i % n) + n) % n; }
   size_t len(int p) const { return begin[p + 1] - begin[p]; }
   size_t segments(int p) const { return (len(p) + seg - 1) / seg; }

@@ -40,7 +40,7 @@ class Options:
     codec: str = "none"
     bucket_size: int = 512
     rounding: str = "stochastic"
-    min_numel: int = 16384
+    min_numel: int = 65536
     error_feedback: bool | None = None
     seed: int = 0
     transport: str = "auto"

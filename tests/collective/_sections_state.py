@@ -113,7 +113,7 @@ def section_exact(t, g, ref):
             setopt(g, codec="q2")
             same_bits(ai, bi, name + " integer-valued vs gloo")
             same_bits(a, b, name + " normal: codec q2 vs codec none")
-    with chk.case("exact/default_min_numel_16384"):
+    with chk.case("exact/min_numel_threshold_16384"):
         setopt(g, codec="q2", min_numel=16384)
         before = calls(g, "q2")
         xi = torch.randint(-3, 4, (16383,), generator=gi).float()
@@ -123,7 +123,7 @@ def section_exact(t, g, ref):
         dist.all_reduce(y, group=g)
         after_at = calls(g, "q2")
         setopt(g, codec="q2")
-        same_bits(a, b, "16383 elements with default min_numel")
+        same_bits(a, b, "16383 elements with min_numel 16384")
         assert after_below == before, "a tensor of 16383 elements was compressed (min_numel 16384)"
         assert after_at == before + 1, "a tensor of 16384 elements was not compressed (min_numel 16384)"
     with chk.case("exact/reduce_scatter_tensor/int32"):

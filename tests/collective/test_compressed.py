@@ -37,7 +37,7 @@ Sections (``_sections_values.py``, ``_sections_state.py``), per world size:
   nonfinite    NaN / +Inf / -Inf on one rank -> non-finite output on every rank, identical
                replicas, for every codec x algorithm; residuals stay finite; the group keeps working.
   exact        stays exact (§3.1, §3.6): int dtypes, MIN/MAX/PRODUCT, float64, tensors below
-               min_numel (also the default 16384), codec "none" with every algorithm: equal to gloo
+               min_numel (16384 set explicitly), codec "none" with every algorithm: equal to gloo
                bit for bit (or to the same call with codec "none"), not counted in stats.
   set_options  switching codec mid-run (q8 -> none -> topk -> q8) takes effect on the next call;
                rejected values leave the options unchanged.
