@@ -43,7 +43,7 @@ def _expect_error(fn, *needles):
 def _mismatch_cases(rank):
     odd = rank == 1
     ones = torch.ones
-    big = 20000  # above min_numel: compressed when a codec is set
+    big = 70000  # above the default min_numel (65536): compressed when a codec is set
 
     def with_codec(codec, fn, **kw):
         def run():
