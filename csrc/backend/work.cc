@@ -16,14 +16,15 @@ CollectiveWork::CollectiveWork(int rank, c10d::OpType type, std::string name,
       timeout_(timeout),
       future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {}
 
+// The future completes before wait() returns, so a caller that waited can read its value.
 void CollectiveWork::complete() {
-  finish();
   future_->markCompleted(c10::IValue(outputs_));
+  finish();
 }
 
 void CollectiveWork::fail(std::exception_ptr e) {
-  finish(e);
   future_->setError(e);
+  finish(e);
 }
 
 bool CollectiveWork::wait(std::chrono::milliseconds timeout) {
