@@ -38,10 +38,31 @@ FpExtra codec_fingerprint(const CompressionConfig& cc) {
 }
 
 
+// One compressed call on the float32 working copy x: pre-scale (PREMUL_SUM), add the
+// error-feedback residual, run `algo`, then `finish` (post-scale, write-back) and the stats.
+// `dense_factor`: bytes an exact ring algorithm would send per input byte.
+template <typename Algo, typename Finish>
+void run_compressed(Comm& c, Compression& comp, const CompressionConfig& cc, const at::Tensor& x,
+                    const at::Tensor& res, const Reduction& red, uint64_t in_bytes, double dense_factor,
+                    Algo algo, Finish finish) {
+  const auto t0 = std::chrono::steady_clock::now();
+  CompressedCall call = call_of(cc);
+  if (red.pre != 1.0) x.mul_(red.pre);
+  if (res.defined()) {
+    x.add_(res);
+    call.residual = res.data_ptr<float>();
+  }
+  algo(call);
+  finish();
+  comp.record(cc.codec, {1, in_bytes, c.bytes_sent, static_cast<uint64_t>(dense_factor * in_bytes),
+                         c.codec_seconds,
+                         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()});
+}
+
 }  // namespace
 
 void RingzipBackend::set_compression(CompressionConfig cc) {
-  (void)cc.spec();  // validates the codec string before anything changes
+  cc.parsed = codec::parse(cc.codec, cc.bucket_size, cc.stochastic);  // throws on a bad codec string
   RZ_CHECK_VALUE(cc.bucket_size > 0, "bucket_size must be positive, got ", cc.bucket_size);
   RZ_CHECK_VALUE(cc.min_numel >= 0, "min_numel must be >= 0, got ", cc.min_numel);
   std::lock_guard<std::mutex> lock(cfg_mu_);
@@ -61,24 +82,18 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::maybe_compressed_allreduce(
   const auto red = to_reduction(opts.reduceOp, to_dtype(t.scalar_type(), name), size_, name);
   const at::Tensor x = f32_work(t);
   const at::Tensor res = cc.feedback() ? comp_.residual_for(outputs.at(0), t.numel()) : at::Tensor();
-  CompressedCall call = call_of(cc);
   const uint64_t in_bytes = t.nbytes();
   return enqueue(c10d::OpType::ALLREDUCE, name, std::move(outputs), opts,
-                 [this, t, x, res, red, call, cc, in_bytes, after](Comm& c) mutable {
-                   const auto t0 = std::chrono::steady_clock::now();
-                   if (red.pre != 1.0) x.mul_(red.pre);
-                   if (res.defined()) {
-                     x.add_(res);
-                     call.residual = res.data_ptr<float>();
-                   }
-                   compressed_allreduce(c, x.data_ptr<float>(), x.numel(), call);
-                   if (red.post != 1.0) x.mul_(red.post);
-                   if (!x.is_same(t)) t.copy_(x);
-                   if (after) after();
+                 [this, t, x, res, red, cc, in_bytes, after](Comm& c) {
                    const int n = c.size();
-                   comp_.record(cc.codec, {1, in_bytes, c.bytes_sent, 2 * (n - 1) * in_bytes / n,
-                                           c.codec_seconds,
-                                           std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()});
+                   run_compressed(
+                       c, comp_, cc, x, res, red, in_bytes, 2.0 * (n - 1) / n,
+                       [&](const CompressedCall& call) { compressed_allreduce(c, x.data_ptr<float>(), x.numel(), call); },
+                       [&] {
+                         if (red.post != 1.0) x.mul_(red.post);
+                         if (!x.is_same(t)) t.copy_(x);
+                         if (after) after();
+                       });
                  }, 1, codec_fingerprint(cc));
 }
 
@@ -91,24 +106,19 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::maybe_compressed_reduce_scatter(
   // A fresh float32 copy: the reduction runs in place and the caller's input stays intact.
   const at::Tensor x = flat_in.to(at::kCPU, at::kFloat, false, /*copy=*/true).contiguous().view({-1});
   const at::Tensor res = cc.feedback() ? comp_.residual_for(identity, flat_in.numel()) : at::Tensor();
-  CompressedCall call = call_of(cc);
   const uint64_t in_bytes = flat_in.nbytes();
   return enqueue(c10d::OpType::REDUCE_SCATTER, name, {out}, opts,
-                 [this, out, x, res, red, call, cc, in_bytes](Comm& c) mutable {
-                   const auto t0 = std::chrono::steady_clock::now();
-                   if (red.pre != 1.0) x.mul_(red.pre);
-                   if (res.defined()) {
-                     x.add_(res);
-                     call.residual = res.data_ptr<float>();
-                   }
-                   compressed_reduce_scatter(c, x.data_ptr<float>(), x.numel(), call);
-                   const int64_t part = out.numel();
-                   auto mine = x.narrow(0, part * c.rank(), part);
-                   if (red.post != 1.0) mine.mul_(red.post);
-                   out.copy_(mine.view(out.sizes()));
+                 [this, out, x, res, red, cc, in_bytes](Comm& c) {
                    const int n = c.size();
-                   comp_.record(cc.codec, {1, in_bytes, c.bytes_sent, (n - 1) * in_bytes / n, c.codec_seconds,
-                                           std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()});
+                   run_compressed(
+                       c, comp_, cc, x, res, red, in_bytes, 1.0 * (n - 1) / n,
+                       [&](const CompressedCall& call) { compressed_reduce_scatter(c, x.data_ptr<float>(), x.numel(), call); },
+                       [&] {
+                         const int64_t part = out.numel();
+                         auto mine = x.narrow(0, part * c.rank(), part);
+                         if (red.post != 1.0) mine.mul_(red.post);
+                         out.copy_(mine.view(out.sizes()));
+                       });
                  }, 1, codec_fingerprint(cc));
 }
 

@@ -24,7 +24,9 @@ struct CompressionConfig {
   uint64_t seed = 0;
   CompressedAlgo algorithm = CompressedAlgo::Auto;
 
-  codec::Spec spec() const { return codec::parse(codec, bucket_size, stochastic); }
+  // Parsed once when the settings change (RingzipBackend::set_compression), not per call.
+  codec::Spec parsed;
+  const codec::Spec& spec() const { return parsed; }
   bool enabled() const { return codec != "none"; }
   bool feedback() const { return error_feedback.value_or(codec::biased(spec())); }
 };
