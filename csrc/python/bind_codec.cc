@@ -10,6 +10,7 @@
 
 #include "codec/codec.h"
 #include "python/bindings.h"
+#include "python/tensor_args.h"
 
 namespace py = pybind11;
 namespace cd = ringzip::codec;
@@ -17,22 +18,10 @@ namespace cd = ringzip::codec;
 namespace ringzip {
 namespace {
 
-[[noreturn]] void bad(const std::string& msg) { throw std::invalid_argument("ringzip.codec: " + msg); }
-
-void check_cpu_contig(const at::Tensor& t, const char* what) {
-  if (!t.defined()) bad(std::string(what) + " is None");
-  if (!t.device().is_cpu()) bad(std::string(what) + " must be a CPU tensor (CUDA kernels are not built yet)");
-  if (!t.is_contiguous()) bad(std::string(what) + " must be contiguous");
-}
-
-cd::InType in_type(const at::Tensor& x) {
-  switch (x.scalar_type()) {
-    case at::kFloat: return cd::InType::F32;
-    case at::kHalf: return cd::InType::F16;
-    case at::kBFloat16: return cd::InType::BF16;
-    default: bad(std::string("unsupported dtype ") + c10::toString(x.scalar_type()) + " (float32, float16, bfloat16)");
-  }
-}
+constexpr const char* kModule = "ringzip.codec";
+[[noreturn]] void bad(const std::string& msg) { pyargs::bad(kModule, msg); }
+void check_cpu_contig(const at::Tensor& t, const char* what) { pyargs::check_contiguous_on(kModule, t, what, false); }
+cd::InType in_type(const at::Tensor& x) { return pyargs::in_type(kModule, x); }
 
 void check_f32(const at::Tensor& t, const char* what) {
   check_cpu_contig(t, what);

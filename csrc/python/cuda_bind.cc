@@ -10,6 +10,7 @@
 #include "backend/backend.h"
 #include "codec/codec_cuda.h"
 #include "python/bindings.h"
+#include "python/tensor_args.h"
 #include "transport/nccl/nccl_transport.h"
 
 namespace py = pybind11;
@@ -18,22 +19,10 @@ namespace cd = ringzip::codec;
 namespace ringzip {
 namespace {
 
-[[noreturn]] void bad(const std::string& msg) { throw std::invalid_argument("ringzip.cuda: " + msg); }
-
-void check_cuda_contig(const at::Tensor& t, const char* what) {
-  if (!t.defined()) bad(std::string(what) + " is None");
-  if (!t.is_cuda()) bad(std::string(what) + " must be a CUDA tensor");
-  if (!t.is_contiguous()) bad(std::string(what) + " must be contiguous");
-}
-
-cd::InType in_type(const at::Tensor& x) {
-  switch (x.scalar_type()) {
-    case at::kFloat: return cd::InType::F32;
-    case at::kHalf: return cd::InType::F16;
-    case at::kBFloat16: return cd::InType::BF16;
-    default: bad("unsupported dtype (float32, float16, bfloat16)");
-  }
-}
+constexpr const char* kModule = "ringzip.cuda";
+[[noreturn]] void bad(const std::string& msg) { pyargs::bad(kModule, msg); }
+void check_cuda_contig(const at::Tensor& t, const char* what) { pyargs::check_contiguous_on(kModule, t, what, true); }
+cd::InType in_type(const at::Tensor& x) { return pyargs::in_type(kModule, x); }
 
 // Codec context on the current stream of t's device; scratch lives until the call returns.
 struct Call {

@@ -1,0 +1,34 @@
+#pragma once
+// Argument checks shared by the codec bindings (ringzip._C.codec on CPU, ringzip._C.cuda):
+// bad arguments raise ValueError (std::invalid_argument) prefixed with the module's name.
+#include <ATen/ATen.h>
+
+#include <stdexcept>
+#include <string>
+
+#include "codec/codec.h"
+
+namespace ringzip::pyargs {
+
+[[noreturn]] inline void bad(const char* module, const std::string& msg) {
+  throw std::invalid_argument(std::string(module) + ": " + msg);
+}
+
+// t is defined, on a CUDA device (cuda) or the CPU (!cuda), and contiguous.
+inline void check_contiguous_on(const char* module, const at::Tensor& t, const char* what, bool cuda) {
+  if (!t.defined()) bad(module, std::string(what) + " is None");
+  if (t.is_cuda() != cuda) bad(module, std::string(what) + (cuda ? " must be a CUDA tensor" : " must be a CPU tensor"));
+  if (!t.is_contiguous()) bad(module, std::string(what) + " must be contiguous");
+}
+
+inline codec::InType in_type(const char* module, const at::Tensor& x) {
+  switch (x.scalar_type()) {
+    case at::kFloat: return codec::InType::F32;
+    case at::kHalf: return codec::InType::F16;
+    case at::kBFloat16: return codec::InType::BF16;
+    default:
+      bad(module, std::string("unsupported dtype ") + c10::toString(x.scalar_type()) + " (float32, float16, bfloat16)");
+  }
+}
+
+}  // namespace ringzip::pyargs
