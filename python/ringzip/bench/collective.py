@@ -189,13 +189,9 @@ def run(args) -> int:
 
     net_ctx = None
     if args.net:
-        from .netem import NetEnv, NetSetupError, check_prereqs
+        from .netem import open_env
 
-        try:
-            check_prereqs()
-        except NetSetupError as e:
-            raise SystemExit(f"ringzip-bench: {e}")
-        net_ctx = NetEnv(n, rate_bits, delay, log=log)
+        net_ctx = open_env(n, rate_bits, delay, log=log)
 
     rows: list[dict] = []
     status = 0

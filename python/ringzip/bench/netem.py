@@ -313,3 +313,12 @@ def main(argv=None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def open_env(nproc: int, rate_bits, delay, log=None) -> "NetEnv":
+    """The CLI's entry: a NetEnv for `nproc` ranks, or a clean exit saying what is missing."""
+    try:
+        check_prereqs()
+    except NetSetupError as e:
+        raise SystemExit(f"ringzip-bench: {e}") from None
+    return NetEnv(nproc, rate_bits, delay, log=log)

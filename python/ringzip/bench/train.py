@@ -157,13 +157,9 @@ def run(args) -> int:
     rows: dict[int, dict] = {}
     net = None
     if args.net:
-        from .netem import NetEnv, NetSetupError, check_prereqs
+        from .netem import open_env
 
-        try:
-            check_prereqs()
-        except NetSetupError as e:
-            raise SystemExit(f"ringzip-bench: {e}")
-        net = NetEnv(args.nproc, rate, delay, log=log)
+        net = open_env(args.nproc, rate, delay, log=log)
     params = IN_DIM * args.hidden + args.hidden * args.hidden + args.hidden * CLASSES
     extra = {"model": f"MLP {IN_DIM}-{args.hidden}-{args.hidden}-{CLASSES} (~{params / 1e3:.0f}K params, "
                       f"{params * 4 / 2**20:.2f} MiB fp32 grads), {args.steps} steps, batch {args.batch}/rank, seed {args.seed}"}
