@@ -7,9 +7,35 @@
 namespace ringzip::codec::detail {
 namespace {
 
-template <typename Conv>
-void cast16(InType t, const void* x, int64_t n, uint8_t* out, Conv conv) {
-  constexpr int64_t kBlock = 1024;
+// The conversions are branch-free integer code; cloned loops let them run in wide vectors
+// (lambdas can't carry target_clones, hence one function per direction and format).
+RZ_CLONES void to_f16(const float* x, int64_t m, uint16_t* o) {
+  for (int64_t i = 0; i < m; ++i) o[i] = f32_to_f16_bits(x[i]);
+}
+RZ_CLONES void to_bf16(const float* x, int64_t m, uint16_t* o) {
+  for (int64_t i = 0; i < m; ++i) o[i] = f32_to_bf16_bits(x[i]);
+}
+RZ_CLONES void from_f16(const uint16_t* h, int64_t m, float* o, bool acc) {
+  if (acc)
+    for (int64_t i = 0; i < m; ++i) o[i] = rz_add(o[i], f16_bits_to_f32(h[i]));
+  else
+    for (int64_t i = 0; i < m; ++i) o[i] = f16_bits_to_f32(h[i]);
+}
+RZ_CLONES void from_bf16(const uint16_t* h, int64_t m, float* o, bool acc) {
+  if (acc)
+    for (int64_t i = 0; i < m; ++i) o[i] = rz_add(o[i], bf16_bits_to_f32(h[i]));
+  else
+    for (int64_t i = 0; i < m; ++i) o[i] = bf16_bits_to_f32(h[i]);
+}
+RZ_CLONES void add_f32(const float* in, int64_t m, float* o) {
+  for (int64_t i = 0; i < m; ++i) o[i] = rz_add(o[i], in[i]);
+}
+
+// Blocks keep the widened input and the (possibly unaligned) wire bytes in cache-resident
+// scratch; the wire is little-endian and byte-addressed, so it goes through memcpy.
+constexpr int64_t kBlock = 1024;
+
+void cast16(InType t, const void* x, int64_t n, uint8_t* out, bool bf16) {
   float buf[kBlock];
   uint16_t ob[kBlock];
   for (int64_t b = 0; b < n; b += kBlock) {
@@ -21,23 +47,17 @@ void cast16(InType t, const void* x, int64_t n, uint8_t* out, Conv conv) {
       load_f32(t, x, b, m, buf);
       xf = buf;
     }
-    for (int64_t i = 0; i < m; ++i) ob[i] = conv(xf[i]);
+    bf16 ? to_bf16(xf, m, ob) : to_f16(xf, m, ob);
     std::memcpy(out + 2 * b, ob, 2 * m);
   }
 }
 
-template <typename Conv>
-void uncast16(const uint8_t* in, int64_t n, float* out, bool acc, Conv conv) {
-  constexpr int64_t kBlock = 1024;
+void uncast16(const uint8_t* in, int64_t n, float* out, bool acc, bool bf16) {
   uint16_t ib[kBlock];
   for (int64_t b = 0; b < n; b += kBlock) {
     int64_t m = n - b < kBlock ? n - b : kBlock;
     std::memcpy(ib, in + 2 * b, 2 * m);
-    float* o = out + b;
-    if (acc)
-      for (int64_t i = 0; i < m; ++i) o[i] = rz_add(o[i], conv(ib[i]));
-    else
-      for (int64_t i = 0; i < m; ++i) o[i] = conv(ib[i]);
+    bf16 ? from_bf16(ib, m, out + b, acc) : from_f16(ib, m, out + b, acc);
   }
 }
 
@@ -49,7 +69,6 @@ void cast_encode(const Spec& sp, InType t, const void* x, int64_t n, uint8_t* ou
       if (t == InType::F32) {
         std::memcpy(out, x, 4 * n);
       } else {
-        constexpr int64_t kBlock = 1024;
         float buf[kBlock];
         for (int64_t b = 0; b < n; b += kBlock) {
           int64_t m = n - b < kBlock ? n - b : kBlock;
@@ -60,10 +79,10 @@ void cast_encode(const Spec& sp, InType t, const void* x, int64_t n, uint8_t* ou
       return;
     case Kind::Fp16:
       if (t == InType::F16) return (void)std::memcpy(out, x, 2 * n);
-      return cast16(t, x, n, out, [](float f) { return f32_to_f16_bits(f); });
+      return cast16(t, x, n, out, false);
     case Kind::Bf16:
       if (t == InType::BF16) return (void)std::memcpy(out, x, 2 * n);
-      return cast16(t, x, n, out, [](float f) { return f32_to_bf16_bits(f); });
+      return cast16(t, x, n, out, true);
     default:
       fail("cast_encode: not a cast codec");
   }
@@ -74,19 +93,18 @@ void cast_decode(const Spec& sp, const uint8_t* in, int64_t n, float* out, bool 
     case Kind::None:
       if (!acc) return (void)std::memcpy(out, in, 4 * n);
       {
-        constexpr int64_t kBlock = 1024;
         float buf[kBlock];
         for (int64_t b = 0; b < n; b += kBlock) {
           int64_t m = n - b < kBlock ? n - b : kBlock;
           std::memcpy(buf, in + 4 * b, 4 * m);
-          for (int64_t i = 0; i < m; ++i) out[b + i] = rz_add(out[b + i], buf[i]);
+          add_f32(buf, m, out + b);
         }
       }
       return;
     case Kind::Fp16:
-      return uncast16(in, n, out, acc, [](uint16_t h) { return f16_bits_to_f32(h); });
+      return uncast16(in, n, out, acc, false);
     case Kind::Bf16:
-      return uncast16(in, n, out, acc, [](uint16_t h) { return bf16_bits_to_f32(h); });
+      return uncast16(in, n, out, acc, true);
     default:
       fail("cast_decode: not a cast codec");
   }

@@ -4,6 +4,14 @@
 
 #include "codec/codec.h"
 
+// Hot loops are compiled for the baseline ISA and cloned for AVX2 / AVX-512 (runtime dispatch
+// by the loader), so one wheel is fast on every x86-64 machine.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(RINGZIP_NO_CLONES)
+#define RZ_CLONES __attribute__((target_clones("default", "avx2", "arch=x86-64-v4")))
+#else
+#define RZ_CLONES
+#endif
+
 namespace ringzip::codec::detail {
 
 [[noreturn]] void fail(const std::string& msg);  // throws std::runtime_error("ringzip codec: ...")

@@ -17,11 +17,6 @@
 #include "codec/codec_impl.h"
 #include "codec/quantize_math.h"
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(RINGZIP_NO_CLONES)
-#define RZ_CLONES __attribute__((target_clones("default", "avx2", "arch=x86-64-v4")))
-#else
-#define RZ_CLONES
-#endif
 
 namespace ringzip::codec::detail {
 namespace {
@@ -98,45 +93,46 @@ __attribute__((target("avx2"))) void philox_fill_avx2(uint64_t q0, int64_t nq, c
   philox_fill_scalar(q0 + q, nq - q, key, w + 4 * q);
 }
 
-// Sixteen blocks per iteration in AVX-512 lanes.
+// Sixteen blocks per iteration, as two independent groups of eight blocks held one per 64-bit
+// lane: _mm512_mul_epu32 then yields each full 64-bit product directly (hi = p >> 32, lo = the
+// low half, whose upper garbage later multiplies ignore), so a round costs six instructions per
+// eight blocks instead of the shuffles a 32-bit-lane layout needs. Lane b of a group holds
+// block kLaneBlock[b], chosen so the final 64-bit unpacks come out in block order.
+__attribute__((target("avx512f"))) inline void philox8_avx512(__m512i c0, __m512i c1, __m512i c2, __m512i c3,
+                                                               uint32_t k0, uint32_t k1, uint32_t* o) {
+  const __m512i m0 = _mm512_set1_epi64(kPhiloxM0), m1 = _mm512_set1_epi64(kPhiloxM1);
+  for (int r = 0; r < 10; ++r) {
+    __m512i p0 = _mm512_mul_epu32(c0, m0), p1 = _mm512_mul_epu32(c2, m1);
+    c0 = _mm512_ternarylogic_epi64(_mm512_srli_epi64(p1, 32), c1, _mm512_set1_epi64(k0), 0x96);
+    c1 = p1;
+    c2 = _mm512_ternarylogic_epi64(_mm512_srli_epi64(p0, 32), c3, _mm512_set1_epi64(k1), 0x96);
+    c3 = p0;
+    k0 += kPhiloxW0;
+    k1 += kPhiloxW1;
+  }
+  // Lane b -> (c0, c1) and (c2, c3) as 32-bit pairs, then 64-bit unpacks give whole blocks.
+  const __m512i lo32 = _mm512_set1_epi64(0xffffffffLL);
+  __m512i p01 = _mm512_ternarylogic_epi64(c0, lo32, _mm512_slli_epi64(c1, 32), 0xEA);  // (c0 & lo) | c1<<32
+  __m512i p23 = _mm512_ternarylogic_epi64(c2, lo32, _mm512_slli_epi64(c3, 32), 0xEA);
+  _mm512_storeu_si512(o, _mm512_unpacklo_epi64(p01, p23));
+  _mm512_storeu_si512(o + 16, _mm512_unpackhi_epi64(p01, p23));
+}
+
 __attribute__((target("avx512f"))) void philox_fill_avx512(uint64_t q0, int64_t nq, const RngKey& key, uint32_t* w) {
-  const __m512i m0 = _mm512_set1_epi32((int)kPhiloxM0), m1 = _mm512_set1_epi32((int)kPhiloxM1);
-  const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-  const __mmask16 odd = 0xAAAA;
+  // 128-bit lane L of unpacklo takes lanes 2L of both inputs, unpackhi lanes 2L+1: so lanes
+  // 0,2,4,6 hold blocks 0-3 and lanes 1,3,5,7 blocks 4-7.
+  const __m512i lane = _mm512_setr_epi64(0, 4, 1, 5, 2, 6, 3, 7);
+  const __m512i c2 = _mm512_set1_epi64(key.seq), c3 = _mm512_set1_epi64(key.stream);
+  const uint32_t k0 = (uint32_t)key.seed, k1 = (uint32_t)(key.seed >> 32);
   int64_t q = 0;
   for (; q + 16 <= nq; q += 16) {
     uint64_t base = q0 + q;
+    // Low words of base + lane; the high word may differ across lanes only at a 2^32 wrap.
     if ((uint32_t)base > 0xffffffefu) break;
-    __m512i c0 = _mm512_add_epi32(_mm512_set1_epi32((int)(uint32_t)base), lane);
-    __m512i c1 = _mm512_set1_epi32((int)(uint32_t)(base >> 32));
-    __m512i c2 = _mm512_set1_epi32((int)key.seq), c3 = _mm512_set1_epi32((int)key.stream);
-    uint32_t k0 = (uint32_t)key.seed, k1 = (uint32_t)(key.seed >> 32);
-    for (int r = 0; r < 10; ++r) {
-      __m512i e0 = _mm512_mul_epu32(c0, m0), o0 = _mm512_mul_epu32(_mm512_srli_epi64(c0, 32), m0);
-      __m512i e1 = _mm512_mul_epu32(c2, m1), o1 = _mm512_mul_epu32(_mm512_srli_epi64(c2, 32), m1);
-      __m512i hi0 = _mm512_mask_blend_epi32(odd, _mm512_srli_epi64(e0, 32), o0);
-      __m512i lo0 = _mm512_mask_blend_epi32(odd, e0, _mm512_slli_epi64(o0, 32));
-      __m512i hi1 = _mm512_mask_blend_epi32(odd, _mm512_srli_epi64(e1, 32), o1);
-      __m512i lo1 = _mm512_mask_blend_epi32(odd, e1, _mm512_slli_epi64(o1, 32));
-      c0 = _mm512_xor_si512(_mm512_xor_si512(hi1, c1), _mm512_set1_epi32((int)k0));
-      c1 = lo1;
-      c2 = _mm512_xor_si512(_mm512_xor_si512(hi0, c3), _mm512_set1_epi32((int)k1));
-      c3 = lo0;
-      k0 += kPhiloxW0;
-      k1 += kPhiloxW1;
-    }
-    __m512i t0 = _mm512_unpacklo_epi32(c0, c1), t1 = _mm512_unpackhi_epi32(c0, c1);
-    __m512i t2 = _mm512_unpacklo_epi32(c2, c3), t3 = _mm512_unpackhi_epi32(c2, c3);
-    __m512i u0 = _mm512_unpacklo_epi64(t0, t2), u1 = _mm512_unpackhi_epi64(t0, t2);
-    __m512i u2 = _mm512_unpacklo_epi64(t1, t3), u3 = _mm512_unpackhi_epi64(t1, t3);
-    // u_r's 128-bit lane L holds block 4L + r; gather lanes into block order.
-    __m512i v0 = _mm512_shuffle_i32x4(u0, u1, 0x44), v1 = _mm512_shuffle_i32x4(u0, u1, 0xEE);
-    __m512i v2 = _mm512_shuffle_i32x4(u2, u3, 0x44), v3 = _mm512_shuffle_i32x4(u2, u3, 0xEE);
-    uint32_t* o = w + 4 * q;
-    _mm512_storeu_si512(o + 0, _mm512_shuffle_i32x4(v0, v2, 0x88));
-    _mm512_storeu_si512(o + 16, _mm512_shuffle_i32x4(v0, v2, 0xDD));
-    _mm512_storeu_si512(o + 32, _mm512_shuffle_i32x4(v1, v3, 0x88));
-    _mm512_storeu_si512(o + 48, _mm512_shuffle_i32x4(v1, v3, 0xDD));
+    const __m512i c1 = _mm512_set1_epi64((uint32_t)(base >> 32));
+    const __m512i a = _mm512_add_epi64(_mm512_set1_epi64((uint32_t)base), lane);
+    philox8_avx512(a, c1, c2, c3, k0, k1, w + 4 * q);
+    philox8_avx512(_mm512_add_epi64(a, _mm512_set1_epi64(8)), c1, c2, c3, k0, k1, w + 4 * q + 32);
   }
   philox_fill_scalar(q0 + q, nq - q, key, w + 4 * q);
 }
