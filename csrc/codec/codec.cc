@@ -194,6 +194,16 @@ void decode_accumulate(const Spec& sp, const uint8_t* in, size_t in_bytes, int64
   decode_impl(sp, in, in_bytes, n, off, key, acc, true);
 }
 
+void residual(const Spec& sp, const uint8_t* in, size_t in_bytes, const float* x, int64_t n, int64_t off,
+              const RngKey& key, float* r) {
+  check_n(n);
+  check_bytes(sp, in_bytes, n);
+  if (n == 0) return;
+  if (sp.kind == Kind::TopK) return detail::topk_residual(sp, in, x, n, r);
+  decode_impl(sp, in, in_bytes, n, off, key, r, false);
+  for (int64_t i = 0; i < n; ++i) r[i] = x[i] - r[i];
+}
+
 void decode_add_encode(const Spec& sp, const uint8_t* in, size_t in_bytes, const float* local,
                        int64_t n, int64_t off, const RngKey& dec_key, const RngKey& enc_key,
                        uint8_t* out) {

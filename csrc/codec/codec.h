@@ -44,6 +44,9 @@ void decode(const Spec& spec, const uint8_t* in, size_t in_bytes, int64_t n, int
 // acc += decode(in).
 void decode_accumulate(const Spec& spec, const uint8_t* in, size_t in_bytes, int64_t n,
                        int64_t elem_offset, const RngKey& key, float* acc);
+// Error feedback: r = x - decode(in), what x lost on the wire (in must be x's encoding).
+void residual(const Spec& spec, const uint8_t* in, size_t in_bytes, const float* x, int64_t n,
+              int64_t elem_offset, const RngKey& key, float* r);
 // Fused reduce-scatter hop: out = encode(decode(in) + local).
 void decode_add_encode(const Spec& spec, const uint8_t* in, size_t in_bytes, const float* local,
                        int64_t n, int64_t elem_offset, const RngKey& dec_key,

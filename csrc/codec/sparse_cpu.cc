@@ -7,6 +7,10 @@
 #include <functional>
 #include <vector>
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 #include "codec/codec_impl.h"
 #include "codec/quantize_math.h"
 #include "codec/sparse_math.h"
@@ -41,6 +45,56 @@ void top_composites(std::vector<uint64_t>& c, int64_t k, bool largest, std::vect
 }
 
 uint32_t topk_idx_of(uint64_t c) { return topk_index(c); }
+
+// Appends the composite of every element with |x| bits >= thr, in ascending index order.
+void collect_above_scalar(const float* x, int64_t begin, int64_t end, uint32_t thr, std::vector<uint64_t>& c) {
+  // Few elements pass: test blocks with a branch-free (vectorized) scan, visit hits only.
+  constexpr int64_t kBlock = 32;
+  int64_t i = begin;
+  for (; i + kBlock <= end; i += kBlock) {
+    uint32_t hit = 0;
+    for (int64_t j = 0; j < kBlock; ++j) hit |= (uint32_t)((f2u(x[i + j]) & 0x7fffffffu) >= thr);
+    if (!hit) continue;
+    for (int64_t j = i; j < i + kBlock; ++j)
+      if ((f2u(x[j]) & 0x7fffffffu) >= thr) c.push_back(topk_composite(x[j], (uint32_t)j));
+  }
+  for (; i < end; ++i)
+    if ((f2u(x[i]) & 0x7fffffffu) >= thr) c.push_back(topk_composite(x[i], (uint32_t)i));
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+// Sixteen elements per compare; hits are compressed in registers (a compress straight to memory
+// is microcoded and slow on some cores) and stored whole, the write position advancing by the
+// hit count, so the scan does not branch per element.
+__attribute__((target("avx512f"))) void collect_above_avx512(const float* x, int64_t n, uint32_t thr,
+                                                             std::vector<uint64_t>& c) {
+  constexpr int64_t kChunk = 4096;
+  uint32_t hits[kChunk + 16];
+  const __m512i t = _mm512_set1_epi32((int)thr), abs_mask = _mm512_set1_epi32(0x7fffffff);
+  const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  int64_t b = 0;
+  for (; b + kChunk <= n; b += kChunk) {
+    int64_t m = 0;
+    for (int64_t j = 0; j < kChunk; j += 16) {
+      __m512i v = _mm512_and_si512(_mm512_loadu_si512(x + b + j), abs_mask);
+      __mmask16 k = _mm512_cmpge_epu32_mask(v, t);
+      __m512i at = _mm512_add_epi32(_mm512_set1_epi32((int)(b + j)), lane);
+      _mm512_storeu_si512(hits + m, _mm512_maskz_compress_epi32(k, at));
+      m += __builtin_popcount(k);
+    }
+    for (int64_t h = 0; h < m; ++h) c.push_back(topk_composite(x[hits[h]], hits[h]));
+  }
+  collect_above_scalar(x, b, n, thr, c);
+}
+#endif
+
+void collect_above(const float* x, int64_t n, uint32_t thr, std::vector<uint64_t>& c) {
+#if defined(__x86_64__) && defined(__GNUC__)
+  static const bool avx512 = __builtin_cpu_supports("avx512f");
+  if (avx512) return collect_above_avx512(x, n, thr, c);
+#endif
+  collect_above_scalar(x, 0, n, thr, c);
+}
 uint32_t randomk_idx_of(uint64_t c) { return randomk_index(c); }
 
 void topk_select(const float* x, int64_t n, int64_t k, std::vector<int32_t>& idx) {
@@ -57,18 +111,7 @@ void topk_select(const float* x, int64_t n, int64_t k, std::vector<int32_t>& idx
     uint32_t thr = smp[r];
     if (thr > 0) {
       c.reserve(2 * k + 64);
-      // Few elements pass: test blocks with a branch-free (vectorized) scan, visit hits only.
-      constexpr int64_t kBlock = 32;
-      int64_t i = 0;
-      for (; i + kBlock <= n; i += kBlock) {
-        uint32_t hit = 0;
-        for (int64_t j = 0; j < kBlock; ++j) hit |= (uint32_t)((f2u(x[i + j]) & 0x7fffffffu) >= thr);
-        if (!hit) continue;
-        for (int64_t j = i; j < i + kBlock; ++j)
-          if ((f2u(x[j]) & 0x7fffffffu) >= thr) c.push_back(topk_composite(x[j], (uint32_t)j));
-      }
-      for (; i < n; ++i)
-        if ((f2u(x[i]) & 0x7fffffffu) >= thr) c.push_back(topk_composite(x[i], (uint32_t)i));
+      collect_above(x, n, thr, c);
       if ((int64_t)c.size() >= k) return top_composites(c, k, true, idx, topk_idx_of);
       c.clear();
     }
@@ -106,11 +149,14 @@ void topk_encode(const Spec& sp, const float* x, int64_t n, uint8_t* out) {
   std::memcpy(out + 4 + 4 * k, val.data(), 4 * k);
 }
 
-void topk_decode(const Spec& sp, const uint8_t* in, int64_t n, float* out, bool acc) {
+namespace {
+
+// The validated indices and values of a top-k payload.
+void read_topk(const Spec& sp, const uint8_t* in, int64_t n, std::vector<int32_t>& idx, std::vector<float>& val) {
   int64_t k = k_for(sp, n);
   check_count(in, k, "topk");
-  std::vector<int32_t> idx(k);
-  std::vector<float> val(k);
+  idx.resize(k);
+  val.resize(k);
   std::memcpy(idx.data(), in + 4, 4 * k);
   std::memcpy(val.data(), in + 4 + 4 * k, 4 * k);
   int64_t prev = -1;
@@ -120,8 +166,25 @@ void topk_decode(const Spec& sp, const uint8_t* in, int64_t n, float* out, bool 
            " is not ascending within [0, " + std::to_string(n) + ")");
     prev = idx[j];
   }
+}
+
+}  // namespace
+
+void topk_decode(const Spec& sp, const uint8_t* in, int64_t n, float* out, bool acc) {
+  std::vector<int32_t> idx;
+  std::vector<float> val;
+  read_topk(sp, in, n, idx, val);
   if (!acc) std::memset(out, 0, sizeof(float) * n);
-  for (int64_t j = 0; j < k; ++j) out[idx[j]] = acc ? out[idx[j]] + val[j] : val[j];
+  for (size_t j = 0; j < idx.size(); ++j) out[idx[j]] = acc ? out[idx[j]] + val[j] : val[j];
+}
+
+void topk_residual(const Spec& sp, const uint8_t* in, const float* x, int64_t n, float* r) {
+  std::vector<int32_t> idx;
+  std::vector<float> val;
+  read_topk(sp, in, n, idx, val);
+  // Where nothing was sent x - 0 is x itself: one copy instead of decode-then-subtract passes.
+  std::memcpy(r, x, sizeof(float) * n);
+  for (size_t j = 0; j < idx.size(); ++j) r[idx[j]] = x[idx[j]] - val[j];
 }
 
 void randomk_indices(const Spec& sp, int64_t n, int64_t off, const RngKey& key, std::vector<int32_t>& idx) {

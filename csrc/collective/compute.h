@@ -36,6 +36,12 @@ class Compute {
   virtual void decode_add_encode(const codec::Spec& s, const uint8_t* in, size_t bytes, const float* local,
                                  int64_t n, int64_t off, const codec::RngKey& dk, const codec::RngKey& ek,
                                  uint8_t* out) = 0;
+  // Error feedback: r = x - decode(in), in being x's encoding (what x lost on the wire).
+  virtual void decode_residual(const codec::Spec& s, const uint8_t* in, size_t bytes, int64_t n, int64_t off,
+                               const codec::RngKey& k, const float* x, float* r) {
+    decode(s, in, bytes, n, off, k, r);
+    residual(r, x, n);
+  }
   // random-k: moves the k values (and the non-finite flag, as NaN in slot 0) of a payload
   // into k+1 summable floats, and back.
   virtual void randomk_to_values(const uint8_t* payload, size_t k, float* vals) = 0;
