@@ -10,7 +10,8 @@ AllreduceAlgo parse_algorithm(const std::string& s) {
   if (s == "ring") return AllreduceAlgo::Ring;
   if (s == "rd" || s == "recursive_doubling") return AllreduceAlgo::RecursiveDoubling;
   if (s == "direct") return AllreduceAlgo::Direct;
-  RZ_CHECK_VALUE(false, "unknown algorithm '", s, "' (expected auto, ring, rd or direct)");
+  if (s == "star") return AllreduceAlgo::Star;
+  RZ_CHECK_VALUE(false, "unknown algorithm '", s, "' (expected auto, ring, rd, direct or star)");
 }
 
 RingzipBackend::RingzipBackend(std::unique_ptr<Transport> net, Config cfg)

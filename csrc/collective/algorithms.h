@@ -7,7 +7,7 @@
 
 namespace ringzip {
 
-enum class AllreduceAlgo { Auto, Ring, RecursiveDoubling, Direct };
+enum class AllreduceAlgo { Auto, Ring, RecursiveDoubling, Direct, Star };
 
 // Picks the algorithm for a dense all-reduce of `bytes` over `ranks` (cost model in algorithms.cc).
 AllreduceAlgo choose_allreduce(size_t bytes, int ranks, AllreduceAlgo requested);
@@ -16,6 +16,7 @@ void allreduce(Comm& c, Buf data, RedOp op, AllreduceAlgo algo);
 void ring_allreduce(Comm& c, Buf data, RedOp op);
 void rd_allreduce(Comm& c, Buf data, RedOp op);
 void direct_allreduce(Comm& c, Buf data, RedOp op);
+void star_allreduce(Comm& c, Buf data, RedOp op);
 
 // Ring reduce-scatter in place: afterwards rank i's part [begin[i], begin[i+1]) holds the
 // reduction over all ranks. `begin` has size()+1 entries.
