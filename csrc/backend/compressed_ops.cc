@@ -38,8 +38,8 @@ FpExtra codec_fingerprint(const CompressionConfig& cc) {
 }
 
 
-// One compressed call on the float32 working copy x: pre-scale (PREMUL_SUM), add the
-// error-feedback residual, run `algo`, then `finish` (post-scale, write-back) and the stats.
+// One compressed call on the float32 working copy x: pre-scale (PREMUL_SUM), hand the
+// error-feedback residual to the algorithm (which adds it to x), run `algo`, then `finish` (post-scale, write-back) and the stats.
 // `dense_factor`: bytes an exact ring algorithm would send per input byte.
 template <typename Algo, typename Finish>
 void run_compressed(Comm& c, Compression& comp, const CompressionConfig& cc, const at::Tensor& x,
@@ -48,10 +48,7 @@ void run_compressed(Comm& c, Compression& comp, const CompressionConfig& cc, con
   const auto t0 = std::chrono::steady_clock::now();
   CompressedCall call = call_of(cc);
   if (red.pre != 1.0) x.mul_(red.pre);
-  if (res.defined()) {
-    x.add_(res);
-    call.residual = res.data_ptr<float>();
-  }
+  if (res.defined()) call.residual = res.data_ptr<float>();  // the algorithm adds it to x
   algo(call);
   finish();
   comp.record(cc.codec, {1, in_bytes, c.bytes_sent, static_cast<uint64_t>(dense_factor * in_bytes),

@@ -44,81 +44,122 @@ void top_composites(std::vector<uint64_t>& c, int64_t k, bool largest, std::vect
     if (largest ? v >= kth : v <= kth) idx[m++] = (int32_t)index_of(v);
 }
 
-uint32_t topk_idx_of(uint64_t c) { return topk_index(c); }
-
-// Appends the composite of every element with |x| bits >= thr, in ascending index order.
-void collect_above_scalar(const float* x, int64_t begin, int64_t end, uint32_t thr, std::vector<uint64_t>& c) {
-  // Few elements pass: test blocks with a branch-free (vectorized) scan, visit hits only.
-  constexpr int64_t kBlock = 32;
-  int64_t i = begin;
-  for (; i + kBlock <= end; i += kBlock) {
+// Candidate scan: appends the composite of every element whose |value| bits are >= thr, in
+// ascending index order. With Feedback the value is s = x + r (error feedback), and the same
+// pass stores r = s and x = 0, so adding the residual, scanning, keeping the value sent and
+// clearing the sparse sum's accumulator cost one trip through memory instead of four.
+template <bool Feedback>
+void collect_scalar(float* x, float* r, int64_t begin, int64_t end, uint32_t thr, std::vector<uint64_t>& c) {
+  constexpr int64_t kBlock = 32;  // few elements pass: test a block branch-free, visit hits only
+  for (int64_t i = begin; i < end; i += kBlock) {
+    const int64_t e = std::min(end, i + kBlock);
     uint32_t hit = 0;
-    for (int64_t j = 0; j < kBlock; ++j) hit |= (uint32_t)((f2u(x[i + j]) & 0x7fffffffu) >= thr);
+    for (int64_t j = i; j < e; ++j) {
+      float v = x[j];
+      if constexpr (Feedback) {
+        v = v + r[j];
+        r[j] = v;
+        x[j] = 0.0f;
+      }
+      hit |= (uint32_t)((f2u(v) & 0x7fffffffu) >= thr);
+    }
     if (!hit) continue;
-    for (int64_t j = i; j < i + kBlock; ++j)
-      if ((f2u(x[j]) & 0x7fffffffu) >= thr) c.push_back(topk_composite(x[j], (uint32_t)j));
+    const float* s = Feedback ? r : x;
+    for (int64_t j = i; j < e; ++j)
+      if ((f2u(s[j]) & 0x7fffffffu) >= thr) c.push_back(topk_composite(s[j], (uint32_t)j));
   }
-  for (; i < end; ++i)
-    if ((f2u(x[i]) & 0x7fffffffu) >= thr) c.push_back(topk_composite(x[i], (uint32_t)i));
 }
 
 #if defined(__x86_64__) && defined(__GNUC__)
 // Sixteen elements per compare; hits are compressed in registers (a compress straight to memory
 // is microcoded and slow on some cores) and stored whole, the write position advancing by the
 // hit count, so the scan does not branch per element.
-__attribute__((target("avx512f"))) void collect_above_avx512(const float* x, int64_t n, uint32_t thr,
-                                                             std::vector<uint64_t>& c) {
+template <bool Feedback>
+__attribute__((target("avx512f"))) void collect_avx512(float* x, float* r, int64_t n, uint32_t thr,
+                                                       std::vector<uint64_t>& c) {
   constexpr int64_t kChunk = 4096;
   uint32_t hits[kChunk + 16];
   const __m512i t = _mm512_set1_epi32((int)thr), abs_mask = _mm512_set1_epi32(0x7fffffff);
   const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  const float* s = Feedback ? r : x;
   int64_t b = 0;
   for (; b + kChunk <= n; b += kChunk) {
     int64_t m = 0;
     for (int64_t j = 0; j < kChunk; j += 16) {
-      __m512i v = _mm512_and_si512(_mm512_loadu_si512(x + b + j), abs_mask);
-      __mmask16 k = _mm512_cmpge_epu32_mask(v, t);
+      __m512 v = _mm512_loadu_ps(x + b + j);
+      if constexpr (Feedback) {
+        v = _mm512_add_ps(v, _mm512_loadu_ps(r + b + j));
+        _mm512_storeu_ps(r + b + j, v);
+        _mm512_storeu_ps(x + b + j, _mm512_setzero_ps());
+      }
+      __mmask16 k = _mm512_cmpge_epu32_mask(_mm512_and_si512(_mm512_castps_si512(v), abs_mask), t);
       __m512i at = _mm512_add_epi32(_mm512_set1_epi32((int)(b + j)), lane);
       _mm512_storeu_si512(hits + m, _mm512_maskz_compress_epi32(k, at));
       m += __builtin_popcount(k);
     }
-    for (int64_t h = 0; h < m; ++h) c.push_back(topk_composite(x[hits[h]], hits[h]));
+    for (int64_t h = 0; h < m; ++h) c.push_back(topk_composite(s[hits[h]], hits[h]));
   }
-  collect_above_scalar(x, b, n, thr, c);
+  collect_scalar<Feedback>(x, r, b, n, thr, c);
 }
 #endif
 
-void collect_above(const float* x, int64_t n, uint32_t thr, std::vector<uint64_t>& c) {
+template <bool Feedback>
+void collect(float* x, float* r, int64_t n, uint32_t thr, std::vector<uint64_t>& c) {
 #if defined(__x86_64__) && defined(__GNUC__)
   static const bool avx512 = __builtin_cpu_supports("avx512f");
-  if (avx512) return collect_above_avx512(x, n, thr, c);
+  if (avx512) return collect_avx512<Feedback>(x, r, n, thr, c);
 #endif
-  collect_above_scalar(x, 0, n, thr, c);
+  collect_scalar<Feedback>(x, r, 0, n, thr, c);
 }
+
+uint32_t topk_idx_of(uint64_t c) { return topk_index(c); }
 uint32_t randomk_idx_of(uint64_t c) { return randomk_index(c); }
 
-void topk_select(const float* x, int64_t n, int64_t k, std::vector<int32_t>& idx) {
-  std::vector<uint64_t> c;
-  if (n > kExactMax) {
-    // Estimate a key threshold from a strided sample so that about 1.5k + slack elements pass,
-    // collect those, and refine exactly. Identical result to the full selection whenever at
-    // least k elements pass (every element above the k-th largest key passes); else fall back.
-    std::vector<uint32_t> smp(kSamples);
-    for (int64_t j = 0; j < kSamples; ++j) smp[j] = f2u(x[j * n / kSamples]) & 0x7fffffffu;
-    double expect = (double)k * kSamples / n;
-    int64_t r = std::min<int64_t>(kSamples - 1, (int64_t)(1.5 * expect + 4.0 * std::sqrt(expect) + 8));
-    std::nth_element(smp.begin(), smp.begin() + r, smp.end(), std::greater<uint32_t>());
-    uint32_t thr = smp[r];
-    if (thr > 0) {
-      c.reserve(2 * k + 64);
-      collect_above(x, n, thr, c);
-      if ((int64_t)c.size() >= k) return top_composites(c, k, true, idx, topk_idx_of);
-      c.clear();
-    }
+// Above kExactMax elements: a key threshold estimated from a strided sample so that about
+// 1.5k + slack elements pass; the candidates are then refined exactly, which gives the full
+// selection's result whenever at least k pass (every element above the k-th largest key
+// passes). 0: select among all elements. key_at(i) is |value i| as ordered bits.
+template <typename KeyAt>
+uint32_t sampled_threshold(int64_t n, int64_t k, KeyAt key_at) {
+  if (n <= kExactMax || k >= n) return 0;
+  std::vector<uint32_t> smp(kSamples);
+  for (int64_t j = 0; j < kSamples; ++j) smp[j] = key_at(j * n / kSamples);
+  double expect = (double)k * kSamples / n;
+  int64_t r = std::min<int64_t>(kSamples - 1, (int64_t)(1.5 * expect + 4.0 * std::sqrt(expect) + 8));
+  std::nth_element(smp.begin(), smp.begin() + r, smp.end(), std::greater<uint32_t>());
+  return smp[r];
+}
+
+// Exact top-k among all n elements of x, indices ascending.
+void select_all(const float* x, int64_t n, int64_t k, std::vector<int32_t>& idx) {
+  if (k == n) {
+    idx.resize(n);
+    for (int64_t i = 0; i < n; ++i) idx[i] = (int32_t)i;
+    return;
   }
-  c.resize(n);
+  std::vector<uint64_t> c(n);
   for (int64_t i = 0; i < n; ++i) c[i] = topk_composite(x[i], (uint32_t)i);
   top_composites(c, k, true, idx, topk_idx_of);
+}
+
+void topk_select(const float* x, int64_t n, int64_t k, std::vector<int32_t>& idx) {
+  const uint32_t thr = sampled_threshold(n, k, [x](int64_t i) { return f2u(x[i]) & 0x7fffffffu; });
+  if (thr > 0) {
+    std::vector<uint64_t> c;
+    c.reserve(2 * k + 64);
+    collect<false>(const_cast<float*>(x), nullptr, n, thr, c);  // read-only without Feedback
+    if ((int64_t)c.size() >= k) return top_composites(c, k, true, idx, topk_idx_of);
+  }
+  select_all(x, n, k, idx);
+}
+
+// Payload: count, then the k indices, then x at those indices.
+void write_topk(const float* x, const std::vector<int32_t>& idx, uint8_t* out) {
+  const int64_t k = (int64_t)idx.size();
+  std::vector<float> val(k);
+  for (int64_t j = 0; j < k; ++j) val[j] = x[idx[j]];
+  std::memcpy(out + 4, idx.data(), 4 * k);
+  std::memcpy(out + 4 + 4 * k, val.data(), 4 * k);
 }
 
 void check_count(const uint8_t* in, int64_t k, const char* what) {
@@ -137,16 +178,26 @@ void topk_encode(const Spec& sp, const float* x, int64_t n, uint8_t* out) {
   std::memcpy(out, &cnt, 4);
   if (k == 0) return;
   std::vector<int32_t> idx;
-  if (k == n) {
-    idx.resize(n);
-    for (int64_t i = 0; i < n; ++i) idx[i] = (int32_t)i;
-  } else {
-    topk_select(x, n, k, idx);
-  }
-  std::vector<float> val(k);
-  for (int64_t j = 0; j < k; ++j) val[j] = x[idx[j]];
-  std::memcpy(out + 4, idx.data(), 4 * k);
-  std::memcpy(out + 4 + 4 * k, val.data(), 4 * k);
+  topk_select(x, n, k, idx);
+  write_topk(x, idx, out);
+}
+
+void topk_feedback(const Spec& sp, float* x, float* r, int64_t n, uint8_t* out) {
+  int64_t k = k_for(sp, n);
+  int32_t cnt = (int32_t)k;
+  std::memcpy(out, &cnt, 4);
+  uint32_t thr = sampled_threshold(n, k, [x, r](int64_t i) { return f2u(x[i] + r[i]) & 0x7fffffffu; });
+  std::vector<uint64_t> c;
+  if (thr > 0) c.reserve(2 * k + 64);
+  // Without a threshold the pass only adds and clears: no key reaches 2^31.
+  collect<true>(x, r, n, thr > 0 ? thr : 0x80000000u, c);
+  std::vector<int32_t> idx;
+  if (thr > 0 && (int64_t)c.size() >= k)
+    top_composites(c, k, true, idx, topk_idx_of);
+  else
+    select_all(r, n, k, idx);
+  write_topk(r, idx, out);
+  for (int32_t i : idx) r[i] = r[i] - r[i];  // what was sent is no longer owed (NaN stays NaN)
 }
 
 namespace {

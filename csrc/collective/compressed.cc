@@ -62,6 +62,11 @@ void record_residual(Comm& c, const CompressedCall& call, const float* x, const 
   c.dev.decode_residual(call.spec, payload, bytes, n, off, k, x, call.residual + off);
 }
 
+// Error feedback: what earlier calls owe is sent along with this call's data.
+void add_residual(Comm& c, const CompressedCall& call, float* data, size_t count) {
+  if (call.residual) c.dev.reduce_into(DType::F32, RedOp::Sum, data, call.residual, count);
+}
+
 void clear_residual(Comm& c, const CompressedCall& call, size_t off, size_t n) {
   if (call.residual) c.dev.zero(call.residual + off, n * sizeof(float));
 }
@@ -316,9 +321,18 @@ void topk(Comm& c, float* data, size_t count, const CompressedCall& call) {
   const size_t pb = codec::encoded_bytes(call.spec, count);
   auto wire = c.dev.alloc(pb * n);
   uint8_t* mine = wire.get() + pb * r;
-  encode(c, call, data, count, 0, key(call, c, r, 0), mine);
+  bool fused;  // residual added, data zeroed and residual left by one pass
+  {
+    CodecTimer t(c);
+    fused = call.residual && c.dev.topk_feedback(call.spec, data, call.residual, static_cast<int64_t>(count), mine);
+  }
+  if (!fused) {
+    add_residual(c, call, data, count);
+    encode(c, call, data, count, 0, key(call, c, r, 0), mine);
+    record_residual(c, call, data, mine, pb, count, 0, key(call, c, r, 0));
+  }
   auto sum_in_rank_order = [&](auto&& arrived) {  // the same order, so the same bits, everywhere
-    c.dev.zero(data, count * sizeof(float));
+    if (!fused) c.dev.zero(data, count * sizeof(float));
     for (int j = 0; j < n; ++j) {
       arrived(j);
       CodecTimer t(c);
@@ -336,14 +350,12 @@ void topk(Comm& c, float* data, size_t count, const CompressedCall& call) {
       peers.push_back((r + k) % n);
       sends.push_back(c.isend(mine, pb, peers.back(), 0));
     }
-    record_residual(c, call, data, mine, pb, count, 0, key(call, c, r, 0));
     sum_in_rank_order([&](int j) {
       if (j != r) c.wait(*recvs[j], j, "compressed allgather receive from");
     });
     c.wait_all(sends, peers, "compressed allgather send to");
     return;
   }
-  record_residual(c, call, data, mine, pb, count, 0, key(call, c, r, 0));
   std::vector<size_t> begin(n + 1);
   for (int i = 0; i <= n; ++i) begin[i] = pb * i;
   ring_allgather(c, Buf{wire.get(), pb * n, DType::U8}, begin, 0);
@@ -371,7 +383,8 @@ void randomk(Comm& c, float* data, size_t count, const CompressedCall& call) {
 }  // namespace
 
 void compressed_reduce_scatter(Comm& c, float* data, size_t count, const CompressedCall& call) {
-  if (c.size() == 1 || count == 0) return;
+  add_residual(c, call, data, count);
+  if (c.size() == 1 || count == 0) return clear_residual(c, call, 0, count);  // nothing compressed
   scatter_reduce(c, data, layout(call.spec, count, c.size()), call);
   if (call.residual) c.dev.drop_nonfinite(call.residual, count);
 }
@@ -405,6 +418,7 @@ void compressed_allreduce(Comm& c, float* data, size_t count, const CompressedCa
   if (c.size() == 1 || count == 0) {
     // Still one encode/decode round trip, so results do not depend on the world size's path.
     if (count == 0) return;
+    add_residual(c, call, data, count);
     const size_t bytes = codec::encoded_bytes(call.spec, count);
     auto wire = c.dev.alloc(bytes);
     const RngKey k = key(call, c, 0, kGatherPhase);
@@ -415,10 +429,13 @@ void compressed_allreduce(Comm& c, float* data, size_t count, const CompressedCa
     if (call.residual) c.dev.drop_nonfinite(call.residual, count);
     return;
   }
-  switch (choose_compressed(call.spec, call.algo)) {
+  const CompressedAlgo algo = choose_compressed(call.spec, call.algo);
+  const bool topk_sparse = algo == CompressedAlgo::Sparse && call.spec.kind == Kind::TopK;
+  if (!topk_sparse) add_residual(c, call, data, count);  // top-k adds it in its fused pass
+  switch (algo) {
     case CompressedAlgo::Ring: ring(c, data, count, call); break;
     case CompressedAlgo::Sparse:
-      call.spec.kind == Kind::TopK ? topk(c, data, count, call) : randomk(c, data, count, call);
+      topk_sparse ? topk(c, data, count, call) : randomk(c, data, count, call);
       break;
     default: sra(c, data, count, call);
   }

@@ -24,8 +24,9 @@ struct CompressedCall {
   codec::Spec spec;
   uint64_t seed = 0;
   CompressedAlgo algo = CompressedAlgo::Auto;
-  // When non-null: receives input - (what this rank's contribution became on the wire),
-  // the error-feedback residual (zero where the rank's own data travelled exactly).
+  // Error feedback, when non-null: on entry the residual owed from earlier calls, which the
+  // algorithm adds to data before compressing; on return the new residual, (data + residual)
+  // - (what this rank's contribution became on the wire), zero where it travelled exactly.
   float* residual = nullptr;
 };
 

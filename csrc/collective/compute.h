@@ -42,6 +42,11 @@ class Compute {
     decode(s, in, bytes, n, off, k, r);
     residual(r, x, n);
   }
+  // Top-k with error feedback fused into one pass (codec::topk_feedback): r += x, x = 0,
+  // out = encode(r), r -= decode(out). Returns false, touching nothing, where not fused.
+  virtual bool topk_feedback(const codec::Spec&, float* /*x*/, float* /*r*/, int64_t /*n*/, uint8_t* /*out*/) {
+    return false;
+  }
   // random-k: moves the k values (and the non-finite flag, as NaN in slot 0) of a payload
   // into k+1 summable floats, and back.
   virtual void randomk_to_values(const uint8_t* payload, size_t k, float* vals) = 0;

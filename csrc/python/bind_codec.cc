@@ -97,6 +97,21 @@ at::Tensor decode_add_encode(const std::string& spec, const at::Tensor& payload,
   return out;
 }
 
+at::Tensor topk_feedback(const std::string& spec, at::Tensor& x, at::Tensor& r) {
+  cd::Spec sp = cd::parse(spec, 512, true);
+  if (sp.kind != cd::Kind::TopK) bad("topk_feedback needs a topk:R codec, got '" + spec + "'");
+  check_f32(x, "x");
+  check_f32(r, "r");
+  if (x.numel() != r.numel()) bad("x and r must have the same number of elements");
+  int64_t n = x.numel();
+  at::Tensor out = at::empty({(int64_t)cd::encoded_bytes(sp, n)}, at::kByte);
+  {
+    py::gil_scoped_release nogil;
+    cd::topk_feedback(sp, x.data_ptr<float>(), r.data_ptr<float>(), n, out.data_ptr<uint8_t>());
+  }
+  return out;
+}
+
 }  // namespace
 
 void bind_codec(py::module_& m) {
@@ -111,6 +126,8 @@ void bind_codec(py::module_& m) {
   c.def("decode_add_encode", &decode_add_encode, "spec"_a, "payload"_a, "local"_a, "seed"_a, "seq"_a,
         "dec_stream"_a, "enc_stream"_a, "elem_offset"_a = 0, "bucket"_a = 512, "stochastic"_a = true,
         "encode(decode(payload) + local), keys (seed, seq, dec_stream) and (seed, seq, enc_stream).");
+  c.def("topk_feedback", &topk_feedback, "spec"_a, "x"_a, "r"_a,
+        "Top-k with error feedback in one pass (in place): r += x, x = 0, payload = encode(r), r -= decode(payload).");
   c.def("encoded_bytes", [](const std::string& spec, int64_t n, int64_t bucket) {
           if (n < 0) bad("n must be >= 0");
           return cd::encoded_bytes(cd::parse(spec, bucket, true), n);

@@ -89,6 +89,26 @@ def test_topk_sampled_selection_is_exact():
         assert torch.equal(C.encode(spec, x, 0, 0, 0), R.encode(spec, x, 0, 0, 0))
 
 
+@pytest.mark.parametrize("n,ratio", [(0, "0.01"), (1, "0.5"), (1000, "0.01"), (1000, "1"), (70_001, "0.01"),
+                                     ((1 << 20) + 4097, "0.001")])
+def test_topk_feedback_matches_add_encode_residual(n, ratio):
+    """The fused error-feedback pass gives the bytes and residual of the unfused steps (exact and
+    sampled selection, k = n, ties, NaN/Inf)."""
+    spec = "topk:" + ratio
+    x, r = sample(n, seed=5), sample(n, seed=6) * 0.1
+    if n > 100:
+        x[::11] = 0.5  # ties after adding r
+        r[::11] = 0.25
+        x[7], r[8] = float("nan"), float("inf")
+    s = x + r
+    want = R.encode(spec, s, 0, 0, 0)
+    want_r = s - R.decode(spec, want, n, 0, 0, 0)
+    p = C.topk_feedback(spec, x, r)
+    assert torch.equal(p, want)
+    assert bits_equal(r, want_r)
+    assert torch.equal(x, torch.zeros(n))
+
+
 def test_casts_edge_values():
     special = [0.0, -0.0, 1.0, -1.0, 65504.0, 65519.99, 65520.0, 1e6, -1e6, 2.0 ** -14, 2.0 ** -24,
                2.0 ** -25, 3 * 2.0 ** -26, 2.0 ** -26, 1e-30, 1e-45, 3.4e38, float("inf"), float("-inf"),
