@@ -175,8 +175,7 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::cuda_allreduce(at::Tensor& t, con
       if (feedback) {
         res = comp_.residual_for(t, t.numel(), t.device());
         c10::cuda::CUDACachingAllocator::recordStream(res.storage().data_ptr(), c10::cuda::getCurrentCUDAStream());
-        x.add_(res);
-        call.residual = res.data_ptr<float>();
+        call.residual = res.data_ptr<float>();  // compressed_allreduce adds it to x
       }
       compressed_allreduce(c, x.data_ptr<float>(), x.numel(), call);
       if (res.defined()) res.masked_fill_(at::isfinite(res).all().logical_not(), 0.0);  // no host sync
