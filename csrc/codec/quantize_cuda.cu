@@ -3,8 +3,9 @@
 //
 // Encode (and the fused decode-add-encode) runs one warp per bucket: pass 1 finds the scale
 // (max |x| with a warp max; q1: the mean |x| in the documented 8-lane order, summed serially by
-// lanes 0..7), pass 2 re-reads the bucket (L1/L2-resident) and writes codes, each lane 8
-// consecutive elements = `bits` bytes, with Philox blocks computed once per 4 elements.
+// lanes 0..7), pass 2 writes codes, each lane 8 consecutive elements = `bits` bytes, with Philox
+// blocks computed once per 4 elements. Buckets of up to 512 elements are held in registers
+// between the passes (read once); larger ones are read again in pass 2.
 // Decode is element-parallel: each thread 8 elements, one scale load, vector stores.
 #include "codec/codec_cuda.h"
 #include "codec/cast_math.h"
@@ -140,10 +141,23 @@ encode_kernel(Src src, int64_t n, int64_t bucket, int64_t nb, int64_t off, RngKe
     const int64_t begin = b * bucket;
     const int64_t L = n - begin < bucket ? n - begin : bucket;
     const auto bs = src.bucket(b);
+    auto count_at = [&](int64_t j0) { return (int)(L - j0 < 8 ? L - j0 : 8); };
+    // A lane's first two groups of 8 (a whole bucket of up to 512) stay in registers between
+    // the scale pass and the code pass, so the bucket is read from memory once; groups beyond
+    // (larger buckets) are read again in the second pass.
+    const int64_t ja = 8 * lane, jb = ja + 256;
+    float va[8], vb[8];
     uint32_t am = 0;
-    for (int64_t j0 = 8 * lane; j0 < L; j0 += 256) {
+    if (ja < L) src.load8(bs, begin + ja, count_at(ja), va);
+    if (jb < L) src.load8(bs, begin + jb, count_at(jb), vb);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      if (ja < L) am = max(am, abs_bits(va[i]));
+      if (jb < L) am = max(am, abs_bits(vb[i]));
+    }
+    for (int64_t j0 = ja + 512; j0 < L; j0 += 256) {
       float v[8];
-      src.load8(bs, begin + j0, (int)(L - j0 < 8 ? L - j0 : 8), v);
+      src.load8(bs, begin + j0, count_at(j0), v);
 #pragma unroll
       for (int i = 0; i < 8; ++i) am = max(am, abs_bits(v[i]));
     }
@@ -167,12 +181,10 @@ encode_kernel(Src src, int64_t n, int64_t bucket, int64_t nb, int64_t off, RngKe
     }
     if (lane == 0) st_u32(out + 4 * b, f2u(scale));
     const float inv = BITS > 1 ? quant_inv(scale, s) : 0.f;
-    for (int64_t j0 = 8 * lane; j0 < L; j0 += 256) {
-      const int cnt = (int)(L - j0 < 8 ? L - j0 : 8);
+    auto emit = [&](int64_t j0, const float (&v)[8]) {  // codes of the group at j0
+      const int cnt = count_at(j0);
       uint64_t packed = 0;
       if (finite) {
-        float v[8];
-        src.load8(bs, begin + j0, cnt, v);
         uint32_t c[8];
         if constexpr (BITS == 1) {
 #pragma unroll
@@ -190,6 +202,13 @@ encode_kernel(Src src, int64_t n, int64_t bucket, int64_t nb, int64_t off, RngKe
         for (int i = 0; i < 8; ++i) packed |= (uint64_t)(i < cnt ? c[i] : 0u) << (i * BITS);
       }
       st_bytes(codes + (begin + j0) * BITS / 8, packed, (cnt * BITS + 7) / 8);
+    };
+    if (ja < L) emit(ja, va);
+    if (jb < L) emit(jb, vb);
+    for (int64_t j0 = ja + 512; j0 < L; j0 += 256) {
+      float v[8];
+      src.load8(bs, begin + j0, count_at(j0), v);
+      emit(j0, v);
     }
   }
 }

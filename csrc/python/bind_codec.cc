@@ -5,6 +5,7 @@
 #include <ATen/ATen.h>
 #include <torch/csrc/utils/pybind.h>
 
+#include <optional>
 #include <stdexcept>
 #include <string>
 
@@ -33,6 +34,14 @@ void check_payload(const at::Tensor& p) {
   if (p.scalar_type() != at::kByte) bad(std::string("payload must be uint8, got ") + c10::toString(p.scalar_type()));
 }
 
+// The caller's buffer (reused, as the collectives reuse theirs; kernel timings should not see
+// page faults) or a fresh one.
+at::Tensor payload_out(const std::optional<at::Tensor>& out, int64_t bytes) {
+  if (!out) return at::empty({bytes}, at::kByte);
+  check_payload(*out);
+  if (out->numel() != bytes) bad("out must have " + std::to_string(bytes) + " bytes, got " + std::to_string(out->numel()));
+  return *out;
+}
 cd::RngKey key_of(uint64_t seed, uint32_t seq, uint32_t stream) { return cd::RngKey{seed, seq, stream}; }
 
 void check_offset(int64_t off) {
@@ -40,13 +49,13 @@ void check_offset(int64_t off) {
 }
 
 at::Tensor encode(const std::string& spec, const at::Tensor& x, uint64_t seed, uint32_t seq, uint32_t stream,
-                  int64_t off, int64_t bucket, bool stochastic) {
+                  int64_t off, int64_t bucket, bool stochastic, std::optional<at::Tensor> out_opt) {
   cd::Spec sp = cd::parse(spec, bucket, stochastic);
   check_cpu_contig(x, "x");
   cd::InType t = in_type(x);
   check_offset(off);
   int64_t n = x.numel();
-  at::Tensor out = at::empty({(int64_t)cd::encoded_bytes(sp, n)}, at::kByte);
+  at::Tensor out = payload_out(out_opt, (int64_t)cd::encoded_bytes(sp, n));
   {
     py::gil_scoped_release nogil;
     cd::encode(sp, t, x.data_ptr(), n, off, key_of(seed, seq, stream), out.data_ptr<uint8_t>());
@@ -82,13 +91,13 @@ void decode_accumulate(const std::string& spec, const at::Tensor& payload, at::T
 
 at::Tensor decode_add_encode(const std::string& spec, const at::Tensor& payload, const at::Tensor& local,
                              uint64_t seed, uint32_t seq, uint32_t dec_stream, uint32_t enc_stream, int64_t off,
-                             int64_t bucket, bool stochastic) {
+                             int64_t bucket, bool stochastic, std::optional<at::Tensor> out_opt) {
   cd::Spec sp = cd::parse(spec, bucket, stochastic);
   check_payload(payload);
   check_f32(local, "local");
   check_offset(off);
   int64_t n = local.numel();
-  at::Tensor out = at::empty({(int64_t)cd::encoded_bytes(sp, n)}, at::kByte);
+  at::Tensor out = payload_out(out_opt, (int64_t)cd::encoded_bytes(sp, n));
   {
     py::gil_scoped_release nogil;
     cd::decode_add_encode(sp, payload.data_ptr<uint8_t>(), payload.numel(), local.data_ptr<float>(), n, off,
@@ -118,13 +127,15 @@ void bind_codec(py::module_& m) {
   py::module_ c = m.def_submodule("codec", "ringzip codec kernels (CPU); see docs/wire-format.md");
   using namespace py::literals;
   c.def("encode", &encode, "spec"_a, "x"_a, "seed"_a, "seq"_a, "stream"_a, "elem_offset"_a = 0,
-        "bucket"_a = 512, "stochastic"_a = true, "Encode x (float32/float16/bfloat16, contiguous) -> uint8 payload.");
+        "bucket"_a = 512, "stochastic"_a = true, "out"_a = py::none(),
+        "Encode x (float32/float16/bfloat16, contiguous) -> uint8 payload (into `out` when given).");
   c.def("decode", &decode, "spec"_a, "payload"_a, "n"_a, "seed"_a, "seq"_a, "stream"_a, "elem_offset"_a = 0,
         "bucket"_a = 512, "Decode a payload of n elements -> float32 tensor.");
   c.def("decode_accumulate", &decode_accumulate, "spec"_a, "payload"_a, "acc"_a, "seed"_a, "seq"_a, "stream"_a,
         "elem_offset"_a = 0, "bucket"_a = 512, "acc += decode(payload), acc float32 contiguous (in place).");
   c.def("decode_add_encode", &decode_add_encode, "spec"_a, "payload"_a, "local"_a, "seed"_a, "seq"_a,
         "dec_stream"_a, "enc_stream"_a, "elem_offset"_a = 0, "bucket"_a = 512, "stochastic"_a = true,
+        "out"_a = py::none(),
         "encode(decode(payload) + local), keys (seed, seq, dec_stream) and (seed, seq, enc_stream).");
   c.def("topk_feedback", &topk_feedback, "spec"_a, "x"_a, "r"_a,
         "Top-k with error feedback in one pass (in place): r += x, x = 0, payload = encode(r), r -= decode(payload).");
