@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 import ringzip
-from ringzip.bench import netem
+from ringzip.bench import netem, report
 from ringzip.bench.common import parse_net, parse_size, size_sweep
 from ringzip.bench.ops import bus_factor
 
@@ -83,6 +83,25 @@ def test_collective_loopback_json(tmp_path):
     assert all(not r["error"] and abs(r["speedup_vs_gloo"] - 1.0) < 1e-9 for r in gloo)
     assert (tmp_path / "r.png").stat().st_size > 1000
     assert "| size(B) |" in (tmp_path / "r.md").read_text()
+
+
+def test_repeat_keeps_the_median_repetition(tmp_path):
+    """--repeat runs every row that many times and reports the repetition with the median time."""
+    rows = [{"size_bytes": 4, "backend": "gloo", "codec": "none", "algorithm": "-", "time_us": t, "error": None}
+            for t in (30.0, 10.0, 20.0)]
+    rows.append({"size_bytes": 4, "backend": "ringzip", "codec": "none", "algorithm": "auto", "time_us": None,
+                 "error": "boom"})
+    merged = report.median_of_repeats(rows)
+    assert [r["backend"] for r in merged] == ["gloo", "ringzip"]
+    assert merged[0]["time_us"] == 20.0 and merged[0]["repeat_times_us"] == [10.0, 20.0, 30.0]
+    assert merged[1]["error"] == "boom"
+    out = tmp_path / "r.json"
+    p = _cli(["collective", "-n", "2", "-b", "4", "-e", "4", "--backend", "ringzip,gloo", "--codec", "none",
+              "--iters", "3", "--warmup", "1", "--repeat", "3", "--json", str(out)], timeout=75)
+    assert p.returncode == 0, p.stdout + p.stderr
+    got = json.loads(out.read_text())["results"]
+    assert len(got) == 2 and all(r["repeats"] == 3 and len(r["repeat_times_us"]) == 3 for r in got)
+    assert all(r["time_us"] == sorted(r["repeat_times_us"])[1] for r in got)
 
 
 def _need_root_net():

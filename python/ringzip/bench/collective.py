@@ -54,6 +54,9 @@ def add_arguments(p) -> None:
     p.add_argument("--row-timeout", type=float, default=180.0,
                    help="kill the ranks when one row makes no progress this long (default 180 s)")
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads per rank (default 1)")
+    p.add_argument("--repeat", type=int, default=1,
+                   help="run each size's configurations in turn this many times and report the median "
+                        "repetition (for noisy machines; default 1)")
 
 
 def _resolve(args) -> dict:
@@ -168,6 +171,7 @@ def run(args) -> int:
             "iters": int(opt["iters"]), "warmup": int(opt["warmup"]), "min_iters": args.min_iters,
             "time_budget_s": float(opt["time_budget"]) or None, "threads": args.threads,
             "ringzip_options": _parse_ropts(args.ropt), "timeout_s": max(60.0, args.row_timeout),
+            "repeat": max(1, args.repeat),
             "link_gbit": rate_bits / 1e9 if rate_bits else None}
     link_desc = fmt_rate(rate_bits) if not args.net else f"--net {args.net}"
     extra = {"op": f"{opt['op']}  dtype {dtype}  sizes {fmt_bytes(sizes[0])}..{fmt_bytes(sizes[-1])} x{opt['factor']:g}",
@@ -215,6 +219,7 @@ def run(args) -> int:
     except KeyboardInterrupt:
         log("[ringzip-bench] interrupted; writing what was measured")
         status = 130
+    rows = report.median_of_repeats(rows)
     report.add_speedups(rows)
     if hdr_lines is None:
         hdr_lines = header_lines(n, link_desc, extra)

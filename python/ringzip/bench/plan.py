@@ -16,4 +16,7 @@ def configs(backends: list[str], codecs: list[str], algorithms: list[str]) -> li
 
 
 def build_plan(spec: dict) -> list[dict]:
-    return [{"size": s, "cfg": c} for s in spec["sizes"] for c in spec["configs"]]
+    """Rows in run order: per size, `repeat` rounds of every configuration in turn (so slow
+    drifts of a shared machine hit all configurations alike)."""
+    reps = int(spec.get("repeat", 1))
+    return [{"size": s, "cfg": c, "rep": k} for s in spec["sizes"] for k in range(reps) for c in spec["configs"]]

@@ -6,6 +6,26 @@ import math
 from pathlib import Path
 
 
+def median_of_repeats(rows: list[dict]) -> list[dict]:
+    """One row per (size, configuration): the repetition with the median time (the lower middle
+    one for an even count) among those that ran, with every repetition's time beside it."""
+    groups: dict[tuple, list[dict]] = {}
+    for r in rows:
+        groups.setdefault((r["size_bytes"], r["backend"], r["codec"], r["algorithm"]), []).append(r)
+    out = []
+    for reps in groups.values():
+        ok = sorted((r for r in reps if not r.get("error") and r.get("time_us")), key=lambda r: r["time_us"])
+        if not ok:
+            out.append(reps[-1])
+            continue
+        row = dict(ok[(len(ok) - 1) // 2])
+        if len(reps) > 1:
+            row["repeat_times_us"] = [r["time_us"] for r in ok]
+            row["repeats"] = len(reps)
+        out.append(row)
+    return out
+
+
 def add_speedups(rows: list[dict]) -> None:
     """speedup_vs_gloo = gloo time / row time, for the gloo row of the same op and size."""
     gloo = {(r["op"], r["size_bytes"]): r["time_us"] for r in rows
@@ -60,6 +80,10 @@ def legend(rows) -> list[str]:
              "wirebw = busbw / r; speedup = gloo time / time",
              "# maxerr / relerr: max |out - ref| and ||out - ref||_2 / ||ref||_2 vs an fp64 reference; "
              "same = all ranks bitwise identical; codec% = share of compressed calls' time in codec kernels"]
+    reps = max((r.get("repeats", 1) for r in rows), default=1)
+    if reps > 1:
+        lines.append(f"# --repeat {reps}: each size ran every configuration in turn {reps} times; a row is the "
+                     "repetition with the median time (all times in the JSON, repeat_times_us)")
     if any(r.get("link_gbit") for r in rows):
         lines.append("# floor = busfactor * S / (r * B) with B the configured link rate; eff = floor / time")
     return lines
