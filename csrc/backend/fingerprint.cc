@@ -105,21 +105,31 @@ MismatchInfo exchange_fingerprints(Comm& c, const Fingerprint& mine, const std::
   const int n = c.size(), r = c.rank();
   MismatchInfo info;
   if (n == 1) return info;
-  // blk[j] holds the record of rank (r + j) mod n.
-  std::vector<Fingerprint> blk(n);
-  blk[0] = mine;
-  uint32_t round = 0;
-  for (int d = 1; d < n; d *= 2, ++round) {
-    const int cnt = std::min(d, n - d);
-    const int to = (r - d + n) % n, from = (r + d) % n;
-    const uint32_t tag = c.tag(kFingerprintStep + round);
-    auto rq = c.post_recv(&blk[d], cnt * sizeof(Fingerprint), from, tag);
-    auto sq = c.post_send(&blk[0], cnt * sizeof(Fingerprint), to, tag);
-    c.wait(*rq, from, "fingerprint exchange: receive from");
-    c.wait(*sq, to, "fingerprint exchange: send to");
+  // Star exchange: rank 0 gathers every record and sends all n back -- two rounds and 2(n-1)
+  // messages (a dissemination allgather needs n·log2 n, and on hosts running several ranks per
+  // core every message costs a wake-up; docs/reliability.md).
+  std::vector<Fingerprint> all(n);
+  all[r] = mine;
+  const uint32_t gather = c.tag(kFingerprintStep), result = c.tag(kFingerprintStep + 1);
+  if (r == 0) {
+    std::vector<std::unique_ptr<Request>> q;
+    std::vector<int> peers;
+    for (int j = 1; j < n; ++j) {
+      q.push_back(c.post_recv(&all[j], sizeof(Fingerprint), j, gather));
+      peers.push_back(j);
+    }
+    c.wait_all(q, peers, "fingerprint exchange: receive from");
+    q.clear();
+    for (int j = 1; j < n; ++j) q.push_back(c.post_send(all.data(), n * sizeof(Fingerprint), j, result));
+    c.wait_all(q, peers, "fingerprint exchange: send to");
+  } else {
+    auto sq = c.post_send(&all[r], sizeof(Fingerprint), 0, gather);
+    auto rq = c.post_recv(all.data(), n * sizeof(Fingerprint), 0, result);
+    c.wait(*rq, 0, "fingerprint exchange: receive from");
+    c.wait(*sq, 0, "fingerprint exchange: send to");
   }
   // Every rank compares the same records the same way, so all raise the same message.
-  auto of = [&](int rank) -> const Fingerprint& { return blk[(rank - r + n) % n]; };
+  auto of = [&](int rank) -> const Fingerprint& { return all[rank]; };
   for (int j = 1; j < n; ++j) {
     const char* what = first_difference(of(0), of(j));
     if (!what) continue;

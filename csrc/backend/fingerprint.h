@@ -1,7 +1,7 @@
 #pragma once
 // Mismatch check: before a collective's payload moves, every rank learns every other rank's
 // fingerprint of the call (collective type, dtype, element count, shapes, reduce op, root,
-// codec settings, sequence slot) through a dissemination allgather of fixed-size records, and
+// codec settings, sequence slot) through a star allgather of fixed-size records, and
 // all ranks raise the same error naming the difference. Records have the same size on every
 // rank whatever the call, so the exchange itself cannot be confused by the mismatch it finds.
 // Cost and modes: docs/reliability.md.
@@ -18,7 +18,7 @@ namespace ringzip {
 // On: every collective. Auto: calls of at least kAutoCheckBytes per rank (where the extra
 // round is cheap next to the payload; smaller mismatched calls go unchecked). Off: none.
 enum class CheckMode : uint8_t { Off, On, Auto };
-constexpr int64_t kAutoCheckBytes = 4 << 20;
+constexpr int64_t kAutoCheckBytes = 16 << 20;
 CheckMode parse_check(const std::string& s);  // "on" / "auto" / "off"
 
 struct Fingerprint {
@@ -61,8 +61,8 @@ struct MismatchInfo {
   std::string message;
 };
 
-// Exchanges fingerprints over the group (dissemination allgather, ceil(log2 n) rounds of
-// 64*k bytes) and compares them. Transport failures throw like any collective step.
+// Exchanges fingerprints over the group (rank 0 gathers the records and sends all of them
+// back: two rounds) and compares them. Transport failures throw like any collective step.
 MismatchInfo exchange_fingerprints(Comm& c, const Fingerprint& mine, const std::string& group);
 
 }  // namespace ringzip

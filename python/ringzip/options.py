@@ -32,8 +32,8 @@ class Options:
         (host-staged through Gloo). CPU tensors always use Gloo.
     check: mismatch check: before a collective the ranks exchange a 64-byte fingerprint of the
         call (type, dtype, sizes, op, root, codec) and all raise a clear error on a mismatch
-        instead of exchanging data. ``auto`` (default): calls of >= 4 MiB per rank (DDP's
-        buckets), where the extra round costs a few percent; ``on``: every call (doubles the
+        instead of exchanging data. ``auto`` (default): calls of >= 16 MiB per rank (DDP's
+        25 MiB buckets), where the extra round costs a few percent; ``on``: every call (doubles the
         latency of small calls -- use it while developing); ``off``: never.
     """
 

@@ -110,8 +110,8 @@ def rank_check_modes(rank, world, tmp):
     init(tmp, rank, world, pg_options=ringzip.Options(check="off"))
     assert ringzip.get_options().check == "off"
     _good_allreduce()
-    ringzip.set_options(check="auto")  # >= 4 MiB per rank is checked
-    big = torch.ones((1 << 20) + 1 + rank)
+    ringzip.set_options(check="auto")  # >= 16 MiB per rank is checked
+    big = torch.ones((1 << 22) + 1 + rank)
     _expect_error(lambda: dist.all_reduce(big), "mismatched", "element count")
     _good_allreduce()
     dist.destroy_process_group()
