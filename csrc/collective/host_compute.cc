@@ -37,15 +37,25 @@ class BlockPool {
 
  private:
   static constexpr size_t kMaxPooledBytes = size_t(512) << 20;
-  static constexpr size_t kMaxBlocks = 16;
+  static constexpr size_t kMaxBlocks = 64;
   struct Block {
     std::unique_ptr<uint8_t[]> data;
     size_t size;
   };
+  // A full pool makes room by dropping the blocks returned longest ago: refusing the newest
+  // instead let blocks of sizes no longer in use crowd out the current ones, and a sweep of
+  // sizes then faulted in a 64 MiB all-reduce's scratch on every call (0.72x gloo; 1.02x when
+  // the pool kept it).
   void put(uint8_t* p, size_t size) {
     std::unique_ptr<uint8_t[]> owned(p);
+    if (size > kMaxPooledBytes) return;  // freed here
+    std::vector<Block> dropped;          // freed after the lock is released
     std::lock_guard<std::mutex> lock(mu_);
-    if (free_.size() >= kMaxBlocks || pooled_ + size > kMaxPooledBytes) return;  // freed here
+    while (!free_.empty() && (free_.size() >= kMaxBlocks || pooled_ + size > kMaxPooledBytes)) {
+      pooled_ -= free_.front().size;
+      dropped.push_back(std::move(free_.front()));
+      free_.erase(free_.begin());
+    }
     pooled_ += size;
     free_.push_back({std::move(owned), size});
   }
