@@ -5,6 +5,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python}
 . tools/cuda_env.sh
+# The cmake and ninja installed beside that Python (pip's, as make installs them) first: an
+# older system cmake can't drive nvcc 13 (no CUDA20 dialect) and leaves a broken build/dev.
+PATH="$(dirname "$(command -v "$PY")"):$PATH"
 cmake -S . -B build/dev -G Ninja -DPython_EXECUTABLE="$(command -v "$PY")" \
   -DCMAKE_BUILD_TYPE=${BUILD_TYPE:-Release} ${CMAKE_ARGS:-} >/dev/null
 cmake --build build/dev -j "${JOBS:-2}"
