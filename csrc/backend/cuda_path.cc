@@ -7,6 +7,7 @@
 #include <c10/cuda/CUDAGuard.h>
 
 #include "backend/backend.h"
+#include "backend/compressed_run.h"
 #include "backend/tensors.h"
 #include "collective/compressed.h"
 #include "collective/cuda_compute.h"
@@ -161,30 +162,23 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::cuda_allreduce(at::Tensor& t, con
   const auto timeout = effective(opts.timeout);
   const uint64_t seq = seq_.fetch_add(1);
   if (compressible(cc, t, opts.reduceOp)) {
-    CompressedCall call;
-    call.spec = cc.spec();
-    call.seed = cc.seed;
-    call.algo = cc.algorithm;
     const bool feedback = cc.feedback();
     return run_on_stream(*cuda_, rank_, c10d::OpType::ALLREDUCE, "allreduce", {t}, {t}, seq, timeout,
                          [&](Comm& c, CudaPath::Device&) {
-      const auto t0 = std::chrono::steady_clock::now();
       at::Tensor x = (t.is_contiguous() && t.scalar_type() == at::kFloat) ? t : t.to(at::kFloat).contiguous();
-      if (red.pre != 1.0) x.mul_(red.pre);
       at::Tensor res;
       if (feedback) {
         res = comp_.residual_for(t, t.numel(), t.device());
         c10::cuda::CUDACachingAllocator::recordStream(res.storage().data_ptr(), c10::cuda::getCurrentCUDAStream());
-        call.residual = res.data_ptr<float>();  // compressed_allreduce adds it to x
       }
-      compressed_allreduce(c, x.data_ptr<float>(), x.numel(), call);
-      if (res.defined()) res.masked_fill_(at::isfinite(res).all().logical_not(), 0.0);  // no host sync
-      if (red.post != 1.0) x.mul_(red.post);
-      if (!x.is_same(t)) t.copy_(x.view(t.sizes()));
       const int n = c.size();
-      const uint64_t in_bytes = t.nbytes();
-      comp_.record(cc.codec, {1, in_bytes, c.bytes_sent, 2 * (n - 1) * in_bytes / n, c.codec_seconds,
-                              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()});
+      run_compressed(
+          c, comp_, cc, x, res, red, t.nbytes(), 2.0 * (n - 1) / n,
+          [&](const CompressedCall& call) { compressed_allreduce(c, x.data_ptr<float>(), x.numel(), call); },
+          [&] {
+            if (red.post != 1.0) x.mul_(red.post);
+            if (!x.is_same(t)) t.copy_(x.view(t.sizes()));
+          });
     });
   }
   const auto algo = cfg_.algorithm;

@@ -142,15 +142,19 @@ void select_all(const float* x, int64_t n, int64_t k, std::vector<int32_t>& idx)
   top_composites(c, k, true, idx, topk_idx_of);
 }
 
-void topk_select(const float* x, int64_t n, int64_t k, std::vector<int32_t>& idx) {
-  const uint32_t thr = sampled_threshold(n, k, [x](int64_t i) { return f2u(x[i]) & 0x7fffffffu; });
-  if (thr > 0) {
+// Top-k indices (ascending) of x, or with Feedback of s = x + r, after which r = s and x = 0
+// (see collect). Without Feedback nothing is written.
+template <bool Feedback>
+void topk_select(float* x, float* r, int64_t n, int64_t k, std::vector<int32_t>& idx) {
+  auto key_at = [x, r](int64_t i) { return f2u(Feedback ? x[i] + r[i] : x[i]) & 0x7fffffffu; };
+  const uint32_t thr = sampled_threshold(n, k, key_at);
+  if (thr > 0 || Feedback) {  // with Feedback the pass must run anyway: it adds and clears
     std::vector<uint64_t> c;
-    c.reserve(2 * k + 64);
-    collect<false>(const_cast<float*>(x), nullptr, n, thr, c);  // read-only without Feedback
-    if ((int64_t)c.size() >= k) return top_composites(c, k, true, idx, topk_idx_of);
+    if (thr > 0) c.reserve(2 * k + 64);
+    collect<Feedback>(x, r, n, thr > 0 ? thr : 0x80000000u, c);  // no key reaches 2^31
+    if (thr > 0 && (int64_t)c.size() >= k) return top_composites(c, k, true, idx, topk_idx_of);
   }
-  select_all(x, n, k, idx);
+  select_all(Feedback ? r : x, n, k, idx);
 }
 
 // Payload: count, then the k indices, then x at those indices.
@@ -178,7 +182,7 @@ void topk_encode(const Spec& sp, const float* x, int64_t n, uint8_t* out) {
   std::memcpy(out, &cnt, 4);
   if (k == 0) return;
   std::vector<int32_t> idx;
-  topk_select(x, n, k, idx);
+  topk_select<false>(const_cast<float*>(x), nullptr, n, k, idx);  // read-only without Feedback
   write_topk(x, idx, out);
 }
 
@@ -186,16 +190,8 @@ void topk_feedback(const Spec& sp, float* x, float* r, int64_t n, uint8_t* out) 
   int64_t k = k_for(sp, n);
   int32_t cnt = (int32_t)k;
   std::memcpy(out, &cnt, 4);
-  uint32_t thr = sampled_threshold(n, k, [x, r](int64_t i) { return f2u(x[i] + r[i]) & 0x7fffffffu; });
-  std::vector<uint64_t> c;
-  if (thr > 0) c.reserve(2 * k + 64);
-  // Without a threshold the pass only adds and clears: no key reaches 2^31.
-  collect<true>(x, r, n, thr > 0 ? thr : 0x80000000u, c);
   std::vector<int32_t> idx;
-  if (thr > 0 && (int64_t)c.size() >= k)
-    top_composites(c, k, true, idx, topk_idx_of);
-  else
-    select_all(r, n, k, idx);
+  topk_select<true>(x, r, n, k, idx);
   write_topk(r, idx, out);
   for (int32_t i : idx) r[i] = r[i] - r[i];  // what was sent is no longer owed (NaN stays NaN)
 }

@@ -4,6 +4,12 @@
 
 namespace ringzip {
 
+void Comm::fail(const std::string& what, int peer, const std::exception& cause) {
+  net.abort();
+  TORCH_CHECK_WITH(DistBackendError, false, "ringzip ", op, " (seq ", seq, ", rank ", rank(), " of ", size(),
+                   "): ", what, " rank ", peer, " failed: ", cause.what());
+}
+
 void Comm::wait(Request& req, int peer, const char* what) {
   auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
       deadline - std::chrono::steady_clock::now());
@@ -11,11 +17,7 @@ void Comm::wait(Request& req, int peer, const char* what) {
   try {
     req.wait(left);
   } catch (const std::exception& e) {
-    // The collective is lost: break the transport before unwinding frees the buffers of
-    // requests still posted, and so that peers blocked on this rank fail now, not at timeout.
-    net.abort();
-    TORCH_CHECK_WITH(DistBackendError, false, "ringzip ", op, " (seq ", seq, ", rank ", rank(),
-                     " of ", size(), "): ", what, " rank ", peer, " failed: ", e.what());
+    fail(what, peer, e);
   }
 }
 
@@ -23,9 +25,7 @@ std::unique_ptr<Request> Comm::post_send(const void* p, size_t bytes, int peer, 
   try {
     return net.isend(p, bytes, peer, full_tag);
   } catch (const std::exception& e) {
-    net.abort();
-    TORCH_CHECK_WITH(DistBackendError, false, "ringzip ", op, " (seq ", seq, ", rank ", rank(), " of ", size(),
-                     "): posting a send to rank ", peer, " failed: ", e.what());
+    fail("posting a send to", peer, e);
   }
 }
 
@@ -33,9 +33,7 @@ std::unique_ptr<Request> Comm::post_recv(void* p, size_t bytes, int peer, uint32
   try {
     return net.irecv(p, bytes, peer, full_tag);
   } catch (const std::exception& e) {
-    net.abort();
-    TORCH_CHECK_WITH(DistBackendError, false, "ringzip ", op, " (seq ", seq, ", rank ", rank(), " of ", size(),
-                     "): posting a receive from rank ", peer, " failed: ", e.what());
+    fail("posting a receive from", peer, e);
   }
 }
 

@@ -40,6 +40,10 @@ struct Comm {
   void wait(Request& req, int peer, const char* what);
   void wait_all(std::vector<std::unique_ptr<Request>>& reqs, const std::vector<int>& peers,
                 const char* what);
+  // The collective is lost: breaks the transport (so no late transfer touches memory being
+  // freed and peers blocked on this rank fail now, not at timeout), then throws
+  // DistBackendError "ringzip <op> (seq, rank of n): <what> rank <peer> failed: <cause>".
+  [[noreturn]] void fail(const std::string& what, int peer, const std::exception& cause);
 };
 
 // A contiguous run of elements of one dtype.

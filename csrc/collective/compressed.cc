@@ -82,10 +82,9 @@ void gather_encoded(Comm& c, const CompressedCall& call, const Layout& l, uint8_
   }
 }
 
-// SRA phase 1: part i of my data goes, encoded, to its owner i (mine stays exact); the owner
-// adds what it receives in rank order, so its sum is deterministic. On host transports each
-// part is sent as soon as it is encoded and each received part decoded as soon as it lands,
-// so the codec overlaps the transfer; stream-ordered transports post one all-to-all group.
+// SRA phase 1 on stream-ordered transports (host transports: sra_host): part i of my data
+// goes, encoded, to its owner i (mine stays exact) in one all-to-all group; the owner adds what
+// it receives in rank order, so its sum is deterministic.
 void scatter_reduce(Comm& c, float* data, const Layout& l, const CompressedCall& call) {
   const int n = c.size(), r = c.rank();
   auto out = c.dev.alloc(l.bytes[n]);
@@ -101,25 +100,6 @@ void scatter_reduce(Comm& c, float* data, const Layout& l, const CompressedCall&
                             key(call, c, j, 0), data + l.elem[r]);
   };
   clear_residual(c, call, l.elem[r], l.len(r));
-  if (c.net.eager_receives()) {
-    std::vector<std::unique_ptr<Request>> recvs(n), sends;
-    std::vector<int> send_peers;
-    for (int j = 0; j < n; ++j)
-      if (j != r) recvs[j] = c.irecv(in.get() + j * l.nbytes(r), l.nbytes(r), j, 0);
-    for (int k = 1; k < n; ++k) {  // staggered so that every owner is served from the start
-      const int i = (r + k) % n;
-      encode_part(i);
-      sends.push_back(c.isend(out.get() + l.bytes[i], l.nbytes(i), i, 0));
-      send_peers.push_back(i);
-    }
-    for (int j = 0; j < n; ++j) {
-      if (j == r) continue;
-      c.wait(*recvs[j], j, "compressed scatter-reduce receive from");
-      accumulate(j);
-    }
-    c.wait_all(sends, send_peers, "compressed scatter-reduce send to");
-    return;
-  }
   for (int i = 0; i < n; ++i)
     if (i != r) encode_part(i);
   std::vector<const void*> sp(n);
@@ -148,13 +128,13 @@ void owner_gather(Comm& c, float* data, const Layout& l, const CompressedCall& c
   gather_encoded(c, call, l, wire.get(), data, step_base);
 }
 
-// Pipelined SRA for host transports. Every part is cut into segments at multiples of the
+// SRA on host transports, pipelined. Every part is cut into segments at multiples of the
 // bucket from the part's start, so each segment encodes exactly the buckets (and RNG counters)
 // the whole part would: the result is bit for bit that of the unsegmented algorithm, while
 // the codec of one segment overlaps the transfer of the others. Iteration t encodes and sends
 // segment t of every peer's part, reduces segment t-1 of this rank's part (contributions added
-// in rank order) and sends its gather encoding to every peer, and decodes the gathered
-// segments t-2 of the others. Each wait is for data its peers post one iteration earlier, and
+// in rank order) and, with `gather`, sends its encoding to every peer, and decodes the gathered
+// segments t-2 of the others. Without `gather` it is SRA's first phase alone (reduce-scatter). Each wait is for data its peers post one iteration earlier, and
 // all receives are posted up front, so no cycle of waits can form.
 // 2 MiB of float32 input per message: on 4 ranks sharing 2 cores each message costs ~0.3 ms of
 // wake-ups, so 256 KiB segments lost 40% on loopback; 256 KiB-8 MiB tie at 1 Gbit/s.
@@ -189,24 +169,24 @@ Segments segments(const codec::Spec& spec, const Layout& l, int n) {
   return g;
 }
 
-void sra_pipelined(Comm& c, float* data, const Layout& l, const CompressedCall& call) {
+void sra_host(Comm& c, float* data, const Layout& l, const CompressedCall& call, bool gather) {
   const int n = c.size(), r = c.rank();
   const Segments g = segments(call.spec, l, n);
   // mine: my encodings of every part; reduce_in: peers' encodings of my part (one slot per
   // peer); gather_in: the owners' encodings of their parts; my own part's is mine[r].
   std::vector<std::shared_ptr<uint8_t>> mine(n), reduce_in(n), gather_in(n);
   for (int i = 0; i < n; ++i) {
-    mine[i] = c.dev.alloc(g.total_bytes(i));
+    if (i != r || gather) mine[i] = c.dev.alloc(g.total_bytes(i));
     if (i == r) continue;
     reduce_in[i] = c.dev.alloc(g.total_bytes(r));
-    gather_in[i] = c.dev.alloc(g.total_bytes(i));
+    if (gather) gather_in[i] = c.dev.alloc(g.total_bytes(i));
   }
   std::vector<std::vector<std::unique_ptr<Request>>> reduce_recv(n), gather_recv(n);
   for (int j = 0; j < n; ++j) {
     if (j == r) continue;
     for (size_t t = 0; t < g.count(r); ++t)
       reduce_recv[j].push_back(c.irecv(reduce_in[j].get() + g.bytes[r][t], g.nbytes(r, t), j, t));
-    for (size_t t = 0; t < g.count(j); ++t)
+    for (size_t t = 0; gather && t < g.count(j); ++t)
       gather_recv[j].push_back(c.irecv(gather_in[j].get() + g.bytes[j][t], g.nbytes(j, t), j, kGatherStep | t));
   }
   std::vector<std::unique_ptr<Request>> sends;
@@ -241,6 +221,7 @@ void sra_pipelined(Comm& c, float* data, const Layout& l, const CompressedCall& 
         c.dev.decode_accumulate(call.spec, reduce_in[j].get() + g.bytes[r][t], g.nbytes(r, t), g.len(r, t), e,
                                 key(call, c, j, 0), data + e);
       }
+      if (!gather) continue;
       encode_segment(r, t, key(call, c, r, kGatherPhase));
       for (int k = 1; k < n; ++k)
         send((r + k) % n, mine[r].get() + g.bytes[r][t], g.nbytes(r, t), kGatherStep | static_cast<uint32_t>(t));
@@ -249,7 +230,7 @@ void sra_pipelined(Comm& c, float* data, const Layout& l, const CompressedCall& 
       c.dev.decode(call.spec, mine[r].get() + g.bytes[r][t], g.nbytes(r, t), g.len(r, t), e,
                    key(call, c, r, kGatherPhase), data + e);
     }
-    if (it >= 2) {
+    if (gather && it >= 2) {
       const size_t t = it - 2;
       for (int j = 0; j < n; ++j) {
         if (j == r || t >= g.count(j)) continue;
@@ -266,7 +247,7 @@ void sra_pipelined(Comm& c, float* data, const Layout& l, const CompressedCall& 
 
 void sra(Comm& c, float* data, size_t count, const CompressedCall& call) {
   const Layout l = layout(call.spec, count, c.size());
-  if (c.net.eager_receives()) return sra_pipelined(c, data, l, call);
+  if (c.net.eager_receives()) return sra_host(c, data, l, call, true);
   scatter_reduce(c, data, l, call);
   owner_gather(c, data, l, call, 1);
 }
@@ -385,7 +366,8 @@ void randomk(Comm& c, float* data, size_t count, const CompressedCall& call) {
 void compressed_reduce_scatter(Comm& c, float* data, size_t count, const CompressedCall& call) {
   add_residual(c, call, data, count);
   if (c.size() == 1 || count == 0) return clear_residual(c, call, 0, count);  // nothing compressed
-  scatter_reduce(c, data, layout(call.spec, count, c.size()), call);
+  const Layout l = layout(call.spec, count, c.size());
+  c.net.eager_receives() ? sra_host(c, data, l, call, false) : scatter_reduce(c, data, l, call);
   if (call.residual) c.dev.drop_nonfinite(call.residual, count);
 }
 

@@ -117,6 +117,21 @@ def section_nonfinite(chk, g, ref, rank, ws):
                 assert not math.isfinite(out[5].item()), f"{name}: non-finite input did not reach the output"
 
 
+def reduce_scatter_tensor_case(name, grp, ref, x, opname, kind, ws):
+    """reduce_scatter_tensor of x over grp against the same call over the reference group; the
+    output starts filled with 7s so an untouched output cannot pass."""
+    n = x.numel() // ws
+    out = torch.full((n,), 7).to(x.dtype)
+    dist.reduce_scatter_tensor(out, x.clone(), op=make_op(opname), group=grp)
+
+    def run_ref(t, op):
+        o = torch.empty(n, dtype=t.dtype)
+        dist.reduce_scatter_tensor(o, t, op=op, group=ref)
+        return o
+
+    check_reduction(name, out, x, opname, kind, run_ref, ws)
+
+
 def section_algorithms(chk, groups, ref, rank, ws):
     """Same results whichever algorithm is forced, around size thresholds."""
     sizes = sorted({1, max(ws - 1, 1), ws + 1, 1000, 4097, 65537, BIG})
@@ -136,16 +151,7 @@ def section_algorithms(chk, groups, ref, rank, ws):
                 if n == BIG:
                     continue
                 with chk.case(key):
-                    x = gen(key, rank, dt, n * ws, kind)
-                    out = torch.empty(n, dtype=dt)
-                    dist.reduce_scatter_tensor(out, x.clone(), op=make_op(opname), group=grp)
-
-                    def run_ref(t, op):
-                        o = torch.empty(n, dtype=t.dtype)
-                        dist.reduce_scatter_tensor(o, t, op=op, group=ref)
-                        return o
-
-                    check_reduction(key, out, x, opname, kind, run_ref, ws)
+                    reduce_scatter_tensor_case(key, grp, ref, gen(key, rank, dt, n * ws, kind), opname, kind, ws)
 
 
 def section_noncontig(chk, g, ref, rank, ws):
@@ -323,16 +329,7 @@ def section_reduce_scatter(chk, g, ref, rank, ws):
             for n in (0, 1, 333):
                 name = f"reduce_scatter_tensor/{opname}/{dname(dt)}/{kind}/chunk={n}"
                 with chk.case(name):
-                    x = gen(name, rank, dt, n * ws, kind)
-                    out = torch.full((n,), 7).to(dt)
-                    dist.reduce_scatter_tensor(out, x.clone(), op=make_op(opname), group=g)
-
-                    def run_ref(t, op):
-                        o = torch.empty(n, dtype=t.dtype)
-                        dist.reduce_scatter_tensor(o, t, op=op, group=ref)
-                        return o
-
-                    check_reduction(name, out, x, opname, kind, run_ref, ws)
+                    reduce_scatter_tensor_case(name, g, ref, gen(name, rank, dt, n * ws, kind), opname, kind, ws)
                 name = f"reduce_scatter/{opname}/{dname(dt)}/{kind}/chunk={n}"
                 with chk.case(name):
                     x = gen(name, rank, dt, n * ws, kind)

@@ -90,27 +90,24 @@ def section_exact(t, g, ref):
         x = torch.randint(-3, 4, (NS,), generator=gi).double()
         a, b = both(x)
         same_bits(a, b, "float64 integer-valued")
-    with chk.case("exact/float64/SUM/normal"):
-        x = gen("f64", rank, NS, dtype=torch.float64)
+    def q2_and_none(x):  # x all-reduced with the group's codec q2, then with codec none
         a = x.clone()
         dist.all_reduce(a, group=g)
         setopt(g, codec="none")
         b = x.clone()
         dist.all_reduce(b, group=g)
         setopt(g, codec="q2")
+        return a, b
+
+    with chk.case("exact/float64/SUM/normal"):
+        a, b = q2_and_none(gen("f64", rank, NS, dtype=torch.float64))
         same_bits(a, b, "float64 with codec q2 vs codec none")
     for dt in (torch.float32, torch.float16, torch.bfloat16):
         name = f"exact/below_min_numel/{str(dt)[6:]}"
         with chk.case(name):
             xi = torch.randint(-3, 4, (1023,), generator=gi).to(dt)
             ai, bi = both(xi)
-            x = gen(name, rank, 1023, dtype=dt)
-            a = x.clone()
-            dist.all_reduce(a, group=g)
-            setopt(g, codec="none")
-            b = x.clone()
-            dist.all_reduce(b, group=g)
-            setopt(g, codec="q2")
+            a, b = q2_and_none(gen(name, rank, 1023, dtype=dt))
             same_bits(ai, bi, name + " integer-valued vs gloo")
             same_bits(a, b, name + " normal: codec q2 vs codec none")
     with chk.case("exact/min_numel_threshold_16384"):

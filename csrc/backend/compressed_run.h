@@ -1,0 +1,41 @@
+#pragma once
+// The steps every compressed call shares, host (compressed_ops.cc) or CUDA path (cuda_path.cc).
+#include <ATen/ATen.h>
+
+#include <chrono>
+
+#include "backend/compression.h"
+#include "backend/tensors.h"
+#include "collective/comm.h"
+#include "collective/compressed.h"
+
+namespace ringzip {
+
+inline CompressedCall call_of(const CompressionConfig& cc) {
+  CompressedCall call;
+  call.spec = cc.spec();
+  call.seed = cc.seed;
+  call.algo = cc.algorithm;
+  return call;
+}
+
+// One compressed call on the float32 working copy x (host or device): pre-scale (PREMUL_SUM),
+// hand the error-feedback residual to the algorithm (which adds it to x), run `algo`, then
+// `finish` (post-scale, write-back) and the stats.
+// `dense_factor`: bytes an exact ring algorithm would send per input byte.
+template <typename Algo, typename Finish>
+void run_compressed(Comm& c, Compression& comp, const CompressionConfig& cc, const at::Tensor& x,
+                    const at::Tensor& res, const Reduction& red, uint64_t in_bytes, double dense_factor,
+                    Algo algo, Finish finish) {
+  const auto t0 = std::chrono::steady_clock::now();
+  CompressedCall call = call_of(cc);
+  if (red.pre != 1.0) x.mul_(red.pre);
+  if (res.defined()) call.residual = res.data_ptr<float>();  // the algorithm adds it to x
+  algo(call);
+  finish();
+  comp.record(cc.codec, {1, in_bytes, c.bytes_sent, static_cast<uint64_t>(dense_factor * in_bytes),
+                         c.codec_seconds,
+                         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()});
+}
+
+}  // namespace ringzip
