@@ -23,7 +23,7 @@ FpExtra codec_fingerprint(const CompressionConfig& cc) {
   e.codec = cc.codec;
   uint64_t h = 1469598103934665603ull;
   for (uint64_t v : {static_cast<uint64_t>(cc.bucket_size), static_cast<uint64_t>(cc.stochastic), cc.seed,
-                     static_cast<uint64_t>(cc.algorithm)}) {
+                     static_cast<uint64_t>(cc.algorithm), static_cast<uint64_t>(cc.topk_block)}) {
     h = (h ^ v) * 1099511628211ull;
   }
   e.codec_hash = static_cast<uint32_t>(h ^ (h >> 32));
@@ -37,6 +37,7 @@ void RingzipBackend::set_compression(CompressionConfig cc) {
   cc.parsed = codec::parse(cc.codec, cc.bucket_size, cc.stochastic);  // throws on a bad codec string
   RZ_CHECK_VALUE(cc.bucket_size > 0, "bucket_size must be positive, got ", cc.bucket_size);
   RZ_CHECK_VALUE(cc.min_numel >= 0, "min_numel must be >= 0, got ", cc.min_numel);
+  RZ_CHECK_VALUE(cc.topk_block >= 0, "topk_block must be >= 0, got ", cc.topk_block);
   std::lock_guard<std::mutex> lock(cfg_mu_);
   comp_cfg_ = std::move(cc);
 }

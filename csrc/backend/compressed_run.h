@@ -16,6 +16,7 @@ inline CompressedCall call_of(const CompressionConfig& cc) {
   call.spec = cc.spec();
   call.seed = cc.seed;
   call.algo = cc.algorithm;
+  call.topk_block = static_cast<size_t>(cc.topk_block);
   return call;
 }
 

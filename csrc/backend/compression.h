@@ -23,6 +23,7 @@ struct CompressionConfig {
   std::optional<bool> error_feedback;  // nullopt: on for biased codecs
   uint64_t seed = 0;
   CompressedAlgo algorithm = CompressedAlgo::Auto;
+  int64_t topk_block = int64_t(1) << 20;  // top-k selects per block of this many elements; 0: whole tensor
 
   // Parsed once when the settings change (RingzipBackend::set_compression), not per call.
   codec::Spec parsed;

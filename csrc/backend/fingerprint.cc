@@ -49,7 +49,7 @@ const char* first_difference(const Fingerprint& a, const Fingerprint& b) {
   if (a.op != b.op) return "reduce op";
   if (a.root != b.root) return "root rank";
   if (codec_of(a) != codec_of(b)) return "codec";
-  if (a.codec_hash != b.codec_hash) return "codec settings (bucket size, rounding, seed or algorithm)";
+  if (a.codec_hash != b.codec_hash) return "codec settings (bucket size, rounding, seed, algorithm or top-k block)";
   if (a.algo != b.algo) return "all-reduce algorithm setting";
   return nullptr;
 }

@@ -297,50 +297,68 @@ void ring(Comm& c, float* data, size_t count, const CompressedCall& call) {
   owner_gather(c, data, l, call, static_cast<uint32_t>(n));
 }
 
+constexpr size_t kMaxTopkBlocks = 4096;
+
+// Top-k selects within blocks of call.topk_block elements, so block q's payload leaves for every
+// peer while block q+1 is being selected; the sum is added in block, then rank order (the same
+// order, so the same bits, everywhere).
 void topk(Comm& c, float* data, size_t count, const CompressedCall& call) {
   const int n = c.size(), r = c.rank();
-  const size_t pb = codec::encoded_bytes(call.spec, count);
+  // At most kMaxTopkBlocks blocks: block q's messages are told apart by tag step q.
+  size_t block = call.topk_block ? std::min(call.topk_block, count) : count;
+  block = std::max(block, (count + kMaxTopkBlocks - 1) / kMaxTopkBlocks);
+  const int blocks = static_cast<int>((count + block - 1) / block);
+  Layout l{std::vector<size_t>(blocks + 1), std::vector<size_t>(blocks + 1, 0)};
+  for (int q = 0; q <= blocks; ++q) l.elem[q] = std::min(count, q * block);
+  for (int q = 0; q < blocks; ++q) l.bytes[q + 1] = l.bytes[q] + codec::encoded_bytes(call.spec, l.len(q));
+  const size_t pb = l.bytes.back();
   auto wire = c.dev.alloc(pb * n);
-  uint8_t* mine = wire.get() + pb * r;
-  bool fused;  // residual added, data zeroed and residual left by one pass
-  {
-    CodecTimer t(c);
-    fused = call.residual && c.dev.topk_feedback(call.spec, data, call.residual, static_cast<int64_t>(count), mine);
+  auto payload = [&](int j, int q) { return wire.get() + pb * j + l.bytes[q]; };
+  auto len = [&](int q) { return static_cast<int64_t>(l.len(q)); };
+  bool fused = call.residual != nullptr;  // residual added, data zeroed, residual left in one pass
+  const bool eager = c.net.eager_receives();
+  std::vector<std::unique_ptr<Request>> recvs(static_cast<size_t>(n) * blocks), sends;
+  std::vector<int> peers;
+  if (eager) {
+    for (int q = 0; q < blocks; ++q)
+      for (int j = 0; j < n; ++j)
+        if (j != r) recvs[q * n + j] = c.irecv(payload(j, q), l.nbytes(q), j, q);
   }
-  if (!fused) {
-    add_residual(c, call, data, count);
-    encode(c, call, data, count, 0, key(call, c, r, 0), mine);
-    record_residual(c, call, data, mine, pb, count, 0, key(call, c, r, 0));
-  }
-  auto sum_in_rank_order = [&](auto&& arrived) {  // the same order, so the same bits, everywhere
-    if (!fused) c.dev.zero(data, count * sizeof(float));
-    for (int j = 0; j < n; ++j) {
-      arrived(j);
+  for (int q = 0; q < blocks; ++q) {
+    float* x = data + l.elem[q];
+    if (fused) {
       CodecTimer t(c);
-      c.dev.decode_accumulate(call.spec, wire.get() + pb * j, pb, count, 0, key(call, c, j, 0), data);
+      fused = c.dev.topk_feedback(call.spec, x, call.residual + l.elem[q], len(q), payload(r, q));
+      // The device decides: false at q = 0 (nothing touched) means never fused here.
     }
-  };
-  if (c.net.eager_receives()) {
-    // Direct allgather: this rank's payload leaves for every peer at once, the residual is
-    // computed while it travels, and each peer's payload is added as soon as it has landed.
-    std::vector<std::unique_ptr<Request>> recvs(n), sends;
-    std::vector<int> peers;
-    for (int j = 0; j < n; ++j)
-      if (j != r) recvs[j] = c.irecv(wire.get() + pb * j, pb, j, 0);
-    for (int k = 1; k < n; ++k) {
+    if (!fused) {
+      if (q == 0) add_residual(c, call, data, count);
+      encode(c, call, x, l.len(q), l.elem[q], key(call, c, r, 0), payload(r, q));
+      record_residual(c, call, x, payload(r, q), l.nbytes(q), l.len(q), l.elem[q], key(call, c, r, 0));
+    }
+    for (int k = 1; eager && k < n; ++k) {
       peers.push_back((r + k) % n);
-      sends.push_back(c.isend(mine, pb, peers.back(), 0));
+      sends.push_back(c.isend(payload(r, q), l.nbytes(q), peers.back(), q));
     }
-    sum_in_rank_order([&](int j) {
-      if (j != r) c.wait(*recvs[j], j, "compressed allgather receive from");
-    });
-    c.wait_all(sends, peers, "compressed allgather send to");
-    return;
   }
-  std::vector<size_t> begin(n + 1);
-  for (int i = 0; i <= n; ++i) begin[i] = pb * i;
-  ring_allgather(c, Buf{wire.get(), pb * n, DType::U8}, begin, 0);
-  sum_in_rank_order([](int) {});
+  if (!fused) {  // the sparse sum accumulates into data
+    CodecTimer t(c);
+    c.dev.zero(data, count * sizeof(float));
+  }
+  if (!eager) {
+    std::vector<size_t> begin(n + 1);
+    for (int i = 0; i <= n; ++i) begin[i] = pb * i;
+    ring_allgather(c, Buf{wire.get(), pb * n, DType::U8}, begin, 0);
+  }
+  for (int q = 0; q < blocks; ++q) {
+    for (int j = 0; j < n; ++j) {
+      if (eager && j != r) c.wait(*recvs[q * n + j], j, "compressed allgather receive from");
+      CodecTimer t(c);
+      c.dev.decode_accumulate(call.spec, payload(j, q), l.nbytes(q), len(q), l.elem[q], key(call, c, j, 0),
+                              data + l.elem[q]);
+    }
+  }
+  c.wait_all(sends, peers, "compressed allgather send to");
 }
 
 void randomk(Comm& c, float* data, size_t count, const CompressedCall& call) {

@@ -28,6 +28,9 @@ struct CompressedCall {
   // algorithm adds to data before compressing; on return the new residual, (data + residual)
   // - (what this rank's contribution became on the wire), zero where it travelled exactly.
   float* residual = nullptr;
+  // top-k selects the k = ratio * len largest within each block of this many elements (the
+  // last block may be shorter), so that selection and transfer overlap; 0: the whole tensor.
+  size_t topk_block = size_t(1) << 20;
 };
 
 // data: count float32 elements of this rank's input; replaced by the compressed sum.

@@ -60,7 +60,8 @@ void bind_backend(py::module_& m) {
       .def_property_readonly("broken_reason", &RingzipBackend::broken_reason)
       .def("set_compression",
            [](RingzipBackend& b, const std::string& codec, int64_t bucket_size, bool stochastic,
-              int64_t min_numel, std::optional<bool> error_feedback, uint64_t seed, const std::string& algorithm) {
+              int64_t min_numel, std::optional<bool> error_feedback, uint64_t seed, const std::string& algorithm,
+              int64_t topk_block) {
              CompressionConfig cc;
              cc.codec = codec;
              cc.bucket_size = bucket_size;
@@ -68,6 +69,7 @@ void bind_backend(py::module_& m) {
              cc.min_numel = min_numel;
              cc.error_feedback = error_feedback;
              cc.seed = seed;
+             cc.topk_block = topk_block;
              try {
                cc.algorithm = parse_compressed_algo(algorithm);
                b.set_compression(cc);
@@ -76,7 +78,7 @@ void bind_backend(py::module_& m) {
              }
            },
            py::arg("codec"), py::arg("bucket_size"), py::arg("stochastic"), py::arg("min_numel"),
-           py::arg("error_feedback"), py::arg("seed"), py::arg("algorithm"))
+           py::arg("error_feedback"), py::arg("seed"), py::arg("algorithm"), py::arg("topk_block") = int64_t(1) << 20)
       .def("compression_feedback", [](const RingzipBackend& b) { return b.compression().feedback(); })
       .def("stats",
            [](RingzipBackend& b) {

@@ -26,6 +26,7 @@ def apply_options(backend: "_C.RingzipBackend", opts: Options) -> None:
         error_feedback=opts.error_feedback,
         seed=opts.seed,
         algorithm=compressed_algorithm(opts.algorithm),
+        topk_block=opts.topk_block,
     )
     _options[backend.identity] = opts
 

@@ -25,6 +25,10 @@ class Options:
     bucket_size: elements per scale of the q-codecs.
     rounding: ``stochastic`` (unbiased, default) or ``nearest`` for the q-codecs.
     min_numel: tensors with fewer elements stay exact.
+    topk_block: ``topk:R`` keeps the R-fraction largest of each block of this many elements
+        (default 2**20), so each block's pairs leave while the next is selected; 0: of the
+        whole tensor (nothing is sent before all of it is selected). At most 4096 blocks per
+        call: larger tensors get proportionally larger blocks.
     error_feedback: keep the compression error and add it to the next call's input;
         ``None``: on for biased codecs (topk, randomk, q1, nearest rounding).
     seed: seed of stochastic rounding and random-k selection (same on all ranks).
@@ -43,6 +47,7 @@ class Options:
     bucket_size: int = 512
     rounding: str = "stochastic"
     min_numel: int = 65536
+    topk_block: int = 1 << 20
     error_feedback: bool | None = None
     seed: int = 0
     transport: str = "auto"
@@ -62,7 +67,7 @@ class Options:
             raise ValueError(f"ringzip.Options: rounding must be 'stochastic' or 'nearest', got {self.rounding!r}")
         if not isinstance(self.codec, str):
             raise TypeError(f"ringzip.Options: codec must be a string such as 'q4', got {type(self.codec).__name__}")
-        for name in ("bucket_size", "min_numel", "seed"):
+        for name in ("bucket_size", "min_numel", "seed", "topk_block"):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 0:
                 raise ValueError(f"ringzip.Options: {name} must be a non-negative int, got {v!r}")
@@ -82,14 +87,14 @@ class Options:
         """Options from RINGZIP_* environment variables over ``base`` (or the defaults).
 
         The one place ringzip reads its environment: RINGZIP_CODEC, RINGZIP_ALGORITHM,
-        RINGZIP_BUCKET_SIZE, RINGZIP_ROUNDING, RINGZIP_MIN_NUMEL, RINGZIP_ERROR_FEEDBACK
+        RINGZIP_BUCKET_SIZE, RINGZIP_ROUNDING, RINGZIP_MIN_NUMEL, RINGZIP_TOPK_BLOCK, RINGZIP_ERROR_FEEDBACK
         (0/1), RINGZIP_SEED, RINGZIP_TRANSPORT, RINGZIP_TIMEOUT_S, RINGZIP_CHECK (on/auto/off). Explicit pg_options win over the environment.
         """
         env = os.environ
         changes = {}
         if base is None:
             conv = {"codec": str, "algorithm": str, "rounding": str, "bucket_size": int, "min_numel": int,
-                    "seed": int, "transport": str, "check": str}
+                    "seed": int, "topk_block": int, "transport": str, "check": str}
             for name, f in conv.items():
                 key = "RINGZIP_" + name.upper()
                 if key in env:

@@ -15,7 +15,7 @@ DENSE = [("fp16", "stochastic"), ("bf16", "stochastic"), ("q8", "stochastic"), (
          ("q4", "stochastic"), ("q4", "nearest"), ("q2", "stochastic"), ("q2", "nearest"), ("q1", "stochastic")]
 SPARSE = ["topk:0.01", "randomk:0.01"]
 BASE = dict(codec="none", algorithm="auto", bucket_size=512, rounding="stochastic", min_numel=1024,
-            error_feedback=False, seed=0)
+            error_feedback=False, seed=0, topk_block=1 << 20)
 
 
 def setopt(group, **kw):
@@ -69,16 +69,30 @@ def calls(group, codec):
     return ringzip.stats(group).get(codec, {}).get("calls", 0)
 
 
-def topk_kept(xs64, ratio, begin=None):
-    """(sum of the entries top-k keeps, sum of |dropped entries|) over ranks; with ``begin``:
-    top-k per part and each part's owner exact (reduce-scatter)."""
+TOPK_BLOCK = 1 << 20  # ringzip.Options().topk_block
+MAX_TOPK_BLOCKS = 4096  # csrc/collective/compressed.cc
+
+
+def topk_blocks(n, block=TOPK_BLOCK):
+    """Block boundaries of a top-k all-reduce of n elements (Options.topk_block; 0: one block;
+    never more than MAX_TOPK_BLOCKS blocks)."""
+    b = min(block, n) if block else n
+    b = max(b, -(-n // MAX_TOPK_BLOCKS), 1)
+    return list(range(0, n, b)) + [n]
+
+
+def topk_kept(xs64, ratio, begin=None, block=TOPK_BLOCK):
+    """(sum of the entries top-k keeps, sum of |dropped entries|) over ranks: all-reduce, top-k
+    per block of ``block`` elements; with ``begin``: top-k per part and each part's owner exact
+    (reduce-scatter)."""
     from ringzip.reference import sparse
 
     kept = torch.zeros_like(xs64[0])
     dropped = torch.zeros_like(xs64[0])
     for r, x in enumerate(xs64):
         mask = torch.zeros(x.numel(), dtype=torch.bool)
-        parts = [(0, x.numel())] if begin is None else list(zip(begin[:-1], begin[1:]))
+        edges = topk_blocks(x.numel(), block) if begin is None else begin
+        parts = list(zip(edges[:-1], edges[1:]))
         for lo, hi in parts:
             seg = x[lo:hi].float()
             k = sparse.k_for(ratio, seg.numel())
@@ -102,13 +116,13 @@ def dense_bound(algo, codec, xs64, rounding):
     return ring_bound(codec, xs64, rounding=rounding) if algo == "ring" else sra_bound(codec, xs64, rounding=rounding)
 
 
-def check_sparse(codec, out, xs64, what):
+def check_sparse(codec, out, xs64, what, block=TOPK_BLOCK):
     ratio = float(codec.split(":")[1])
     S = sum(xs64)
     slack = (len(xs64) + 3) * 2.0**-23 * sum(x.abs() for x in xs64)
     o = out.double().reshape(-1)
     if codec.startswith("topk"):
-        kept, dropped = topk_kept(xs64, ratio)
+        kept, dropped = topk_kept(xs64, ratio, block=block)
         check_within(o, S, dropped + slack, what + " [vs exact sum: error <= dropped elements]")
         check_within(o, kept, slack, what + " [vs sum of the entries top-k keeps]")
     else:

@@ -297,7 +297,8 @@ def section_ef(t, ref):
     import ringzip
 
     rank, ws, chk = t.rank, t.ws, t.chk
-    opts = ringzip.Options(codec="topk:0.1", algorithm="sparse", min_numel=1024)  # EF: default (on)
+    # EF: default (on); five top-k blocks, the last one shorter
+    opts = ringzip.Options(codec="topk:0.1", algorithm="sparse", min_numel=1024, topk_block=4096)
     gef = dist.new_group(backend="ringzip", pg_options=opts)
     gef2 = dist.new_group(backend="ringzip", pg_options=opts)
     x = gen("ef", rank, N)
@@ -326,7 +327,7 @@ def section_ef(t, ref):
         for step, gap in gaps.items():
             assert gap < 1e-4, f"step {step}: sum of outputs != t*S - sum of residuals (rel. gap {gap:.2e})"
         track = ((acc - steps * S).norm() / (steps * S.norm())).item()
-        kept, _ = topk_kept(xs64, 0.1)
+        kept, _ = topk_kept(xs64, 0.1, block=4096)
         no_ef = ((kept - S).norm() / S.norm()).item()
         t.extra["ef/track"], t.extra["ef/no_ef"] = track, no_ef
         t.extra["ef/norms"] = [norms[i] for i in (0, 9, 24, 49)]

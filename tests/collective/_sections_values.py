@@ -7,11 +7,12 @@ import math
 
 import torch
 import torch.distributed as dist
+from ringzip.reference import sparse
 
 from tests.collective._bounds import QBITS, check_within, even_parts, gen, ring_bound, sra_bound
 from tests.collective._common import (
     DENSE, N, NS, PREMUL, SPARSE, algos_for, assert_identical, calls, check_sparse, dense_bound, gather_bits,
-    same_bits, setopt, topk_kept,
+    same_bits, setopt, topk_blocks, topk_kept,
 )
 
 
@@ -269,6 +270,21 @@ def section_edges(t, g, ref):
             outs = gather_bits(x, ref, ws)
             assert_identical(outs, name)
             check_sparse(codec, x, xs64, name)
+    # top-k blocks: the whole tensor (0), several (the last one shorter), and a block size that
+    # would give more than 4096 blocks (enlarged to ceil(n / 4096) elements)
+    xs64 = [gen("topkblock", r, N).double() for r in range(ws)]
+    for block in (0, 4096, 1):
+        name = f"edges/topk_block={block}"
+        with chk.case(name):
+            setopt(g, codec="topk:0.01", algorithm="sparse", topk_block=block)
+            x = xs64[rank].float()
+            dist.all_reduce(x, group=g)
+            outs = gather_bits(x, ref, ws)
+            assert_identical(outs, name)
+            check_sparse("topk:0.01", x, xs64, name, block=block)
+            edges = topk_blocks(N, block)
+            k = sum(sparse.k_for(0.01, hi - lo) for lo, hi in zip(edges[:-1], edges[1:]))
+            assert int((x != 0).sum()) <= ws * k, f"{name}: {int((x != 0).sum())} non-zeros > {ws} x {k}"
     # unbiasedness through the whole collective (DESIGN §3.4): the mean of T calls on the same
     # inputs converges to the exact sum, ||mean - S|| ~ ||single error|| / sqrt(T) -- only if the
     # rounding noise is zero-mean AND re-drawn every call (RNG keyed by the sequence number).
