@@ -204,10 +204,10 @@ void residual(const Spec& sp, const uint8_t* in, size_t in_bytes, const float* x
   for (int64_t i = 0; i < n; ++i) r[i] = x[i] - r[i];
 }
 
-void topk_feedback(const Spec& sp, float* x, float* r, int64_t n, uint8_t* out) {
+bool topk_feedback(const Spec& sp, float* x, float* r, int64_t n, uint8_t* out) {
   check_n(n);
   if (sp.kind != Kind::TopK) detail::fail("topk_feedback: not a top-k codec");
-  detail::topk_feedback(sp, x, r, n, out);
+  return detail::topk_feedback(sp, x, r, n, out);
 }
 
 void decode_add_encode(const Spec& sp, const uint8_t* in, size_t in_bytes, const float* local,

@@ -49,8 +49,9 @@ void residual(const Spec& spec, const uint8_t* in, size_t in_bytes, const float*
               int64_t elem_offset, const RngKey& key, float* r);
 // Top-k with error feedback in one pass over memory: r += x (the value sent), x = 0 (ready to
 // accumulate the sparse sum), out = encode(r), then r -= decode(out). Same payload and residual
-// as adding r to x, encode and residual() would give.
-void topk_feedback(const Spec& spec, float* x, float* r, int64_t n, uint8_t* out);
+// as adding r to x, encode and residual() would give. Returns whether every x + r was finite
+// (then r is finite too: callers need not scan it for NaN/Inf).
+bool topk_feedback(const Spec& spec, float* x, float* r, int64_t n, uint8_t* out);
 // Fused reduce-scatter hop: out = encode(decode(in) + local).
 void decode_add_encode(const Spec& spec, const uint8_t* in, size_t in_bytes, const float* local,
                        int64_t n, int64_t elem_offset, const RngKey& dec_key,

@@ -36,7 +36,7 @@ void quant_decode_add_encode(const Spec&, const uint8_t* in, const float* local,
 void topk_encode(const Spec&, const float* x, int64_t n, uint8_t* out);
 void topk_decode(const Spec&, const uint8_t* in, int64_t n, float* out, bool accumulate);
 void topk_residual(const Spec&, const uint8_t* in, const float* x, int64_t n, float* r);
-void topk_feedback(const Spec&, float* x, float* r, int64_t n, uint8_t* out);
+bool topk_feedback(const Spec&, float* x, float* r, int64_t n, uint8_t* out);
 void randomk_encode(const Spec&, const float* x, int64_t n, int64_t off, const RngKey&, uint8_t* out);
 void randomk_decode(const Spec&, const uint8_t* in, int64_t n, int64_t off, const RngKey&, float* out,
                     bool accumulate);

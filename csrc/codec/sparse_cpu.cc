@@ -47,9 +47,12 @@ void top_composites(std::vector<uint64_t>& c, int64_t k, bool largest, std::vect
 // Candidate scan: appends the composite of every element whose |value| bits are >= thr, in
 // ascending index order. With Feedback the value is s = x + r (error feedback), and the same
 // pass stores r = s and x = 0, so adding the residual, scanning, keeping the value sent and
-// clearing the sparse sum's accumulator cost one trip through memory instead of four.
+// clearing the sparse sum's accumulator cost one trip through memory instead of four; `worst`
+// becomes the largest exponent field of any s (0x7f800000: a NaN or Inf was there), which
+// spares the caller another pass to find out.
 template <bool Feedback>
-void collect_scalar(float* x, float* r, int64_t begin, int64_t end, uint32_t thr, std::vector<uint64_t>& c) {
+void collect_scalar(float* x, float* r, int64_t begin, int64_t end, uint32_t thr, std::vector<uint64_t>& c,
+                    uint32_t& worst) {
   constexpr int64_t kBlock = 32;  // few elements pass: test a block branch-free, visit hits only
   for (int64_t i = begin; i < end; i += kBlock) {
     const int64_t e = std::min(end, i + kBlock);
@@ -60,6 +63,7 @@ void collect_scalar(float* x, float* r, int64_t begin, int64_t end, uint32_t thr
         v = v + r[j];
         r[j] = v;
         x[j] = 0.0f;
+        worst = std::max(worst, f2u(v) & 0x7f800000u);
       }
       hit |= (uint32_t)((f2u(v) & 0x7fffffffu) >= thr);
     }
@@ -76,10 +80,12 @@ void collect_scalar(float* x, float* r, int64_t begin, int64_t end, uint32_t thr
 // hit count, so the scan does not branch per element.
 template <bool Feedback>
 __attribute__((target("avx512f"))) void collect_avx512(float* x, float* r, int64_t n, uint32_t thr,
-                                                       std::vector<uint64_t>& c) {
+                                                       std::vector<uint64_t>& c, uint32_t& worst) {
   constexpr int64_t kChunk = 4096;
   uint32_t hits[kChunk + 16];
   const __m512i t = _mm512_set1_epi32((int)thr), abs_mask = _mm512_set1_epi32(0x7fffffff);
+  const __m512i exp_mask = _mm512_set1_epi32(0x7f800000);
+  __m512i w = _mm512_setzero_si512();
   const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
   const float* s = Feedback ? r : x;
   int64_t b = 0;
@@ -91,6 +97,7 @@ __attribute__((target("avx512f"))) void collect_avx512(float* x, float* r, int64
         v = _mm512_add_ps(v, _mm512_loadu_ps(r + b + j));
         _mm512_storeu_ps(r + b + j, v);
         _mm512_storeu_ps(x + b + j, _mm512_setzero_ps());
+        w = _mm512_max_epu32(w, _mm512_and_si512(_mm512_castps_si512(v), exp_mask));
       }
       __mmask16 k = _mm512_cmpge_epu32_mask(_mm512_and_si512(_mm512_castps_si512(v), abs_mask), t);
       __m512i at = _mm512_add_epi32(_mm512_set1_epi32((int)(b + j)), lane);
@@ -99,17 +106,18 @@ __attribute__((target("avx512f"))) void collect_avx512(float* x, float* r, int64
     }
     for (int64_t h = 0; h < m; ++h) c.push_back(topk_composite(s[hits[h]], hits[h]));
   }
-  collect_scalar<Feedback>(x, r, b, n, thr, c);
+  worst = std::max(worst, (uint32_t)_mm512_reduce_max_epu32(w));
+  collect_scalar<Feedback>(x, r, b, n, thr, c, worst);
 }
 #endif
 
 template <bool Feedback>
-void collect(float* x, float* r, int64_t n, uint32_t thr, std::vector<uint64_t>& c) {
+void collect(float* x, float* r, int64_t n, uint32_t thr, std::vector<uint64_t>& c, uint32_t& worst) {
 #if defined(__x86_64__) && defined(__GNUC__)
   static const bool avx512 = __builtin_cpu_supports("avx512f");
-  if (avx512) return collect_avx512<Feedback>(x, r, n, thr, c);
+  if (avx512) return collect_avx512<Feedback>(x, r, n, thr, c, worst);
 #endif
-  collect_scalar<Feedback>(x, r, 0, n, thr, c);
+  collect_scalar<Feedback>(x, r, 0, n, thr, c, worst);
 }
 
 uint32_t topk_idx_of(uint64_t c) { return topk_index(c); }
@@ -143,18 +151,23 @@ void select_all(const float* x, int64_t n, int64_t k, std::vector<int32_t>& idx)
 }
 
 // Top-k indices (ascending) of x, or with Feedback of s = x + r, after which r = s and x = 0
-// (see collect). Without Feedback nothing is written.
+// (see collect). Without Feedback nothing is written. Returns collect's `worst` (Feedback).
 template <bool Feedback>
-void topk_select(float* x, float* r, int64_t n, int64_t k, std::vector<int32_t>& idx) {
+uint32_t topk_select(float* x, float* r, int64_t n, int64_t k, std::vector<int32_t>& idx) {
   auto key_at = [x, r](int64_t i) { return f2u(Feedback ? x[i] + r[i] : x[i]) & 0x7fffffffu; };
   const uint32_t thr = sampled_threshold(n, k, key_at);
+  uint32_t worst = 0;
   if (thr > 0 || Feedback) {  // with Feedback the pass must run anyway: it adds and clears
     std::vector<uint64_t> c;
     if (thr > 0) c.reserve(2 * k + 64);
-    collect<Feedback>(x, r, n, thr > 0 ? thr : 0x80000000u, c);  // no key reaches 2^31
-    if (thr > 0 && (int64_t)c.size() >= k) return top_composites(c, k, true, idx, topk_idx_of);
+    collect<Feedback>(x, r, n, thr > 0 ? thr : 0x80000000u, c, worst);  // no key reaches 2^31
+    if (thr > 0 && (int64_t)c.size() >= k) {
+      top_composites(c, k, true, idx, topk_idx_of);
+      return worst;
+    }
   }
   select_all(Feedback ? r : x, n, k, idx);
+  return worst;
 }
 
 // Payload: count, then the k indices, then x at those indices.
@@ -186,52 +199,71 @@ void topk_encode(const Spec& sp, const float* x, int64_t n, uint8_t* out) {
   write_topk(x, idx, out);
 }
 
-void topk_feedback(const Spec& sp, float* x, float* r, int64_t n, uint8_t* out) {
+bool topk_feedback(const Spec& sp, float* x, float* r, int64_t n, uint8_t* out) {
   int64_t k = k_for(sp, n);
   int32_t cnt = (int32_t)k;
   std::memcpy(out, &cnt, 4);
   std::vector<int32_t> idx;
-  topk_select<true>(x, r, n, k, idx);
+  const uint32_t worst = topk_select<true>(x, r, n, k, idx);
   write_topk(r, idx, out);
   for (int32_t i : idx) r[i] = r[i] - r[i];  // what was sent is no longer owed (NaN stays NaN)
+  return worst < 0x7f800000u;  // every x + r finite, so is r now
 }
 
 namespace {
 
-// The validated indices and values of a top-k payload.
-void read_topk(const Spec& sp, const uint8_t* in, int64_t n, std::vector<int32_t>& idx, std::vector<float>& val) {
-  int64_t k = k_for(sp, n);
+// A top-k payload read in place, its indices validated (ascending, in [0, n)) before any
+// caller writes through them, so a corrupt payload changes nothing.
+struct TopkView {
+  int64_t k;
+  const uint8_t* idx;
+  const uint8_t* val;
+  int32_t index(int64_t j) const {
+    int32_t i;
+    std::memcpy(&i, idx + 4 * j, 4);
+    return i;
+  }
+  float value(int64_t j) const {
+    float v;
+    std::memcpy(&v, val + 4 * j, 4);
+    return v;
+  }
+};
+
+TopkView read_topk(const Spec& sp, const uint8_t* in, int64_t n) {
+  const int64_t k = k_for(sp, n);
   check_count(in, k, "topk");
-  idx.resize(k);
-  val.resize(k);
-  std::memcpy(idx.data(), in + 4, 4 * k);
-  std::memcpy(val.data(), in + 4 + 4 * k, 4 * k);
+  TopkView p{k, in + 4, in + 4 + 4 * k};
   int64_t prev = -1;
   for (int64_t j = 0; j < k; ++j) {
-    if (idx[j] <= prev || idx[j] >= n)
-      fail("corrupt topk payload: index " + std::to_string(idx[j]) + " at position " + std::to_string(j) +
+    const int32_t i = p.index(j);
+    if (i <= prev || i >= n)
+      fail("corrupt topk payload: index " + std::to_string(i) + " at position " + std::to_string(j) +
            " is not ascending within [0, " + std::to_string(n) + ")");
-    prev = idx[j];
+    prev = i;
   }
+  return p;
 }
 
 }  // namespace
 
 void topk_decode(const Spec& sp, const uint8_t* in, int64_t n, float* out, bool acc) {
-  std::vector<int32_t> idx;
-  std::vector<float> val;
-  read_topk(sp, in, n, idx, val);
+  const TopkView p = read_topk(sp, in, n);
   if (!acc) std::memset(out, 0, sizeof(float) * n);
-  for (size_t j = 0; j < idx.size(); ++j) out[idx[j]] = acc ? out[idx[j]] + val[j] : val[j];
+  for (int64_t j = 0; j < p.k; ++j) {
+    const int32_t i = p.index(j);
+    out[i] = acc ? out[i] + p.value(j) : p.value(j);
+  }
 }
 
 void topk_residual(const Spec& sp, const uint8_t* in, const float* x, int64_t n, float* r) {
-  std::vector<int32_t> idx;
-  std::vector<float> val;
-  read_topk(sp, in, n, idx, val);
+  const TopkView p = read_topk(sp, in, n);
   // Where nothing was sent x - 0 is x itself: one copy instead of decode-then-subtract passes.
   std::memcpy(r, x, sizeof(float) * n);
-  for (size_t j = 0; j < idx.size(); ++j) r[idx[j]] = x[idx[j]] - val[j];
+  for (int64_t j = 0; j < p.k; ++j) {
+    const int32_t i = p.index(j);
+    r[i] = x[i] - p.value(j);
+  }
 }
 
 void randomk_indices(const Spec& sp, int64_t n, int64_t off, const RngKey& key, std::vector<int32_t>& idx) {

@@ -301,8 +301,8 @@ constexpr size_t kMaxTopkBlocks = 4096;
 
 // Top-k selects within blocks of call.topk_block elements, so block q's payload leaves for every
 // peer while block q+1 is being selected; the sum is added in block, then rank order (the same
-// order, so the same bits, everywhere).
-void topk(Comm& c, float* data, size_t count, const CompressedCall& call) {
+// order, so the same bits, everywhere). Returns whether the residual is known to be finite.
+bool topk(Comm& c, float* data, size_t count, const CompressedCall& call) {
   const int n = c.size(), r = c.rank();
   // At most kMaxTopkBlocks blocks: block q's messages are told apart by tag step q.
   size_t block = call.topk_block ? std::min(call.topk_block, count) : count;
@@ -316,6 +316,7 @@ void topk(Comm& c, float* data, size_t count, const CompressedCall& call) {
   auto payload = [&](int j, int q) { return wire.get() + pb * j + l.bytes[q]; };
   auto len = [&](int q) { return static_cast<int64_t>(l.len(q)); };
   bool fused = call.residual != nullptr;  // residual added, data zeroed, residual left in one pass
+  bool finite = fused;                    // ... and every block's residual finite
   const bool eager = c.net.eager_receives();
   std::vector<std::unique_ptr<Request>> recvs(static_cast<size_t>(n) * blocks), sends;
   std::vector<int> peers;
@@ -328,7 +329,9 @@ void topk(Comm& c, float* data, size_t count, const CompressedCall& call) {
     float* x = data + l.elem[q];
     if (fused) {
       CodecTimer t(c);
-      fused = c.dev.topk_feedback(call.spec, x, call.residual + l.elem[q], len(q), payload(r, q));
+      bool block_finite = false;
+      fused = c.dev.topk_feedback(call.spec, x, call.residual + l.elem[q], len(q), payload(r, q), block_finite);
+      finite = finite && fused && block_finite;
       // The device decides: false at q = 0 (nothing touched) means never fused here.
     }
     if (!fused) {
@@ -359,6 +362,7 @@ void topk(Comm& c, float* data, size_t count, const CompressedCall& call) {
     }
   }
   c.wait_all(sends, peers, "compressed allgather send to");
+  return finite;
 }
 
 void randomk(Comm& c, float* data, size_t count, const CompressedCall& call) {
@@ -432,14 +436,19 @@ void compressed_allreduce(Comm& c, float* data, size_t count, const CompressedCa
   const CompressedAlgo algo = choose_compressed(call.spec, call.algo);
   const bool topk_sparse = algo == CompressedAlgo::Sparse && call.spec.kind == Kind::TopK;
   if (!topk_sparse) add_residual(c, call, data, count);  // top-k adds it in its fused pass
+  bool residual_finite = false;  // known without a scan
   switch (algo) {
     case CompressedAlgo::Ring: ring(c, data, count, call); break;
     case CompressedAlgo::Sparse:
-      topk_sparse ? topk(c, data, count, call) : randomk(c, data, count, call);
+      if (topk_sparse) {
+        residual_finite = topk(c, data, count, call);
+      } else {
+        randomk(c, data, count, call);
+      }
       break;
     default: sra(c, data, count, call);
   }
-  if (call.residual) c.dev.drop_nonfinite(call.residual, count);
+  if (call.residual && !residual_finite) c.dev.drop_nonfinite(call.residual, count);
 }
 
 }  // namespace ringzip

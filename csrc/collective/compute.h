@@ -43,8 +43,10 @@ class Compute {
     residual(r, x, n);
   }
   // Top-k with error feedback fused into one pass (codec::topk_feedback): r += x, x = 0,
-  // out = encode(r), r -= decode(out). Returns false, touching nothing, where not fused.
-  virtual bool topk_feedback(const codec::Spec&, float* /*x*/, float* /*r*/, int64_t /*n*/, uint8_t* /*out*/) {
+  // out = encode(r), r -= decode(out); `finite`: no NaN/Inf in r afterwards. Returns false,
+  // touching nothing, where not fused.
+  virtual bool topk_feedback(const codec::Spec&, float* /*x*/, float* /*r*/, int64_t /*n*/, uint8_t* /*out*/,
+                             bool& /*finite*/) {
     return false;
   }
   // random-k: moves the k values (and the non-finite flag, as NaN in slot 0) of a payload

@@ -95,8 +95,8 @@ class HostCompute final : public Compute {
               const codec::RngKey& k, float* out) override {
     codec::decode(s, in, bytes, n, off, k, out);
   }
-  bool topk_feedback(const codec::Spec& s, float* x, float* r, int64_t n, uint8_t* out) override {
-    codec::topk_feedback(s, x, r, n, out);
+  bool topk_feedback(const codec::Spec& s, float* x, float* r, int64_t n, uint8_t* out, bool& finite) override {
+    finite = codec::topk_feedback(s, x, r, n, out);
     return true;
   }
   void decode_residual(const codec::Spec& s, const uint8_t* in, size_t bytes, int64_t n, int64_t off,
