@@ -1,6 +1,7 @@
 // Spec parsing, sizes and dispatch of the codec interface (codec.h).
 #include "codec/codec.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <stdexcept>
@@ -202,6 +203,19 @@ void residual(const Spec& sp, const uint8_t* in, size_t in_bytes, const float* x
   if (sp.kind == Kind::TopK) return detail::topk_residual(sp, in, x, n, r);
   decode_impl(sp, in, in_bytes, n, off, key, r, false);
   for (int64_t i = 0; i < n; ++i) r[i] = x[i] - r[i];
+}
+
+bool encode_feedback(const Spec& sp, const float* x, float* r, int64_t n, int64_t off, const RngKey& key,
+                     uint8_t* out) {
+  check_n(n);
+  if (is_quant(sp.kind)) return n == 0 || detail::quant_encode_feedback(sp, x, r, n, off, key, out);
+  std::vector<float> s(static_cast<size_t>(n));  // the other codecs: the same steps, unfused
+  for (int64_t i = 0; i < n; ++i) s[i] = x[i] + r[i];
+  encode(sp, InType::F32, s.data(), n, off, key, out);
+  residual(sp, out, encoded_bytes(sp, n), s.data(), n, off, key, r);
+  uint32_t worst = 0;
+  for (int64_t i = 0; i < n; ++i) worst = std::max(worst, f2u(r[i]) & 0x7f800000u);
+  return worst < 0x7f800000u;
 }
 
 bool topk_feedback(const Spec& sp, float* x, float* r, int64_t n, uint8_t* out) {

@@ -47,6 +47,12 @@ void decode_accumulate(const Spec& spec, const uint8_t* in, size_t in_bytes, int
 // Error feedback: r = x - decode(in), what x lost on the wire (in must be x's encoding).
 void residual(const Spec& spec, const uint8_t* in, size_t in_bytes, const float* x, int64_t n,
               int64_t elem_offset, const RngKey& key, float* r);
+// Error feedback for the encode of a part sent to another rank: out = encode(x + r), then
+// r = x + r - decode(out), x unchanged; bucket by bucket in cache for the q-codecs (one trip
+// through memory instead of add, encode, decode, subtract). Same payload and residual as those
+// steps. Returns whether r is finite (no NaN/Inf: callers need not scan it).
+bool encode_feedback(const Spec& spec, const float* x, float* r, int64_t n, int64_t elem_offset,
+                     const RngKey& key, uint8_t* out);
 // Top-k with error feedback in one pass over memory: r += x (the value sent), x = 0 (ready to
 // accumulate the sparse sum), out = encode(r), then r -= decode(out). Same payload and residual
 // as adding r to x, encode and residual() would give. Returns whether every x + r was finite

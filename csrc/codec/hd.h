@@ -29,6 +29,13 @@ RZ_HD float rz_add(float a, float b) {
   return a + b;
 #endif
 }
+RZ_HD float rz_sub(float a, float b) {  // not a + (-b): that flips the sign of a NaN b
+#ifdef __CUDA_ARCH__
+  return __fsub_rn(a, b);
+#else
+  return a - b;
+#endif
+}
 RZ_HD float rz_div(float a, float b) {
 #ifdef __CUDA_ARCH__
   return __fdiv_rn(a, b);

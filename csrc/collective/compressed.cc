@@ -63,8 +63,8 @@ void record_residual(Comm& c, const CompressedCall& call, const float* x, const 
 }
 
 // Error feedback: what earlier calls owe is sent along with this call's data.
-void add_residual(Comm& c, const CompressedCall& call, float* data, size_t count) {
-  if (call.residual) c.dev.reduce_into(DType::F32, RedOp::Sum, data, call.residual, count);
+void add_residual(Comm& c, const CompressedCall& call, float* data, size_t count, size_t off = 0) {
+  if (call.residual) c.dev.reduce_into(DType::F32, RedOp::Sum, data + off, call.residual + off, count);
 }
 
 void clear_residual(Comm& c, const CompressedCall& call, size_t off, size_t n) {
@@ -198,9 +198,19 @@ void sra_host(Comm& c, float* data, const Layout& l, const CompressedCall& call,
   auto encode_segment = [&](int i, size_t t, const RngKey& k) {
     const size_t e = g.elem[i][t];
     uint8_t* out = mine[i].get() + g.bytes[i][t];
+    if (i != r && call.residual) {  // a peer's part: what earlier calls owe goes along
+      CodecTimer timer(c);
+      bool finite;  // the final scan of the whole residual still runs (this rank's own part)
+      if (c.dev.encode_feedback(call.spec, data + e, call.residual + e, static_cast<int64_t>(g.len(i, t)), e, k, out,
+                                finite))
+        return;
+      add_residual(c, call, data, g.len(i, t), e);
+    }
     encode(c, call, data + e, g.len(i, t), e, k, out);
     record_residual(c, call, data + e, out, g.nbytes(i, t), g.len(i, t), e, k);
   };
+  // This rank's part stays exact: it takes what earlier calls owe in full.
+  add_residual(c, call, data, l.len(r), l.elem[r]);
   clear_residual(c, call, l.elem[r], l.len(r));
 
   size_t iterations = 0;
@@ -247,7 +257,8 @@ void sra_host(Comm& c, float* data, const Layout& l, const CompressedCall& call,
 
 void sra(Comm& c, float* data, size_t count, const CompressedCall& call) {
   const Layout l = layout(call.spec, count, c.size());
-  if (c.net.eager_receives()) return sra_host(c, data, l, call, true);
+  if (c.net.eager_receives()) return sra_host(c, data, l, call, true);  // adds the residual itself
+  add_residual(c, call, data, count);
   scatter_reduce(c, data, l, call);
   owner_gather(c, data, l, call, 1);
 }
@@ -386,10 +397,17 @@ void randomk(Comm& c, float* data, size_t count, const CompressedCall& call) {
 }  // namespace
 
 void compressed_reduce_scatter(Comm& c, float* data, size_t count, const CompressedCall& call) {
-  add_residual(c, call, data, count);
-  if (c.size() == 1 || count == 0) return clear_residual(c, call, 0, count);  // nothing compressed
+  if (c.size() == 1 || count == 0) {  // nothing compressed
+    add_residual(c, call, data, count);
+    return clear_residual(c, call, 0, count);
+  }
   const Layout l = layout(call.spec, count, c.size());
-  c.net.eager_receives() ? sra_host(c, data, l, call, false) : scatter_reduce(c, data, l, call);
+  if (c.net.eager_receives()) {
+    sra_host(c, data, l, call, false);  // adds the residual itself
+  } else {
+    add_residual(c, call, data, count);
+    scatter_reduce(c, data, l, call);
+  }
   if (call.residual) c.dev.drop_nonfinite(call.residual, count);
 }
 
@@ -434,15 +452,19 @@ void compressed_allreduce(Comm& c, float* data, size_t count, const CompressedCa
     return;
   }
   const CompressedAlgo algo = choose_compressed(call.spec, call.algo);
-  const bool topk_sparse = algo == CompressedAlgo::Sparse && call.spec.kind == Kind::TopK;
-  if (!topk_sparse) add_residual(c, call, data, count);  // top-k adds it in its fused pass
+  // Each algorithm adds the residual owed by earlier calls (top-k and sra on host transports
+  // fuse it into their encodes).
   bool residual_finite = false;  // known without a scan
   switch (algo) {
-    case CompressedAlgo::Ring: ring(c, data, count, call); break;
+    case CompressedAlgo::Ring:
+      add_residual(c, call, data, count);
+      ring(c, data, count, call);
+      break;
     case CompressedAlgo::Sparse:
-      if (topk_sparse) {
+      if (call.spec.kind == Kind::TopK) {
         residual_finite = topk(c, data, count, call);
       } else {
+        add_residual(c, call, data, count);
         randomk(c, data, count, call);
       }
       break;

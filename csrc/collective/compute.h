@@ -42,6 +42,13 @@ class Compute {
     decode(s, in, bytes, n, off, k, r);
     residual(r, x, n);
   }
+  // Error feedback on the encode of a part sent away (codec::encode_feedback): out =
+  // encode(x + r), r = x + r - decode(out), x unchanged; `finite`: no NaN/Inf in r. Returns
+  // false, touching nothing, where not fused.
+  virtual bool encode_feedback(const codec::Spec&, const float* /*x*/, float* /*r*/, int64_t /*n*/, int64_t /*off*/,
+                               const codec::RngKey&, uint8_t* /*out*/, bool& /*finite*/) {
+    return false;
+  }
   // Top-k with error feedback fused into one pass (codec::topk_feedback): r += x, x = 0,
   // out = encode(r), r -= decode(out); `finite`: no NaN/Inf in r afterwards. Returns false,
   // touching nothing, where not fused.

@@ -95,6 +95,11 @@ class HostCompute final : public Compute {
               const codec::RngKey& k, float* out) override {
     codec::decode(s, in, bytes, n, off, k, out);
   }
+  bool encode_feedback(const codec::Spec& s, const float* x, float* r, int64_t n, int64_t off,
+                       const codec::RngKey& k, uint8_t* out, bool& finite) override {
+    finite = codec::encode_feedback(s, x, r, n, off, k, out);
+    return true;
+  }
   bool topk_feedback(const codec::Spec& s, float* x, float* r, int64_t n, uint8_t* out, bool& finite) override {
     finite = codec::topk_feedback(s, x, r, n, out);
     return true;

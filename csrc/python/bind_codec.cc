@@ -8,6 +8,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 
 #include "codec/codec.h"
 #include "python/bindings.h"
@@ -106,6 +107,25 @@ at::Tensor decode_add_encode(const std::string& spec, const at::Tensor& payload,
   return out;
 }
 
+std::tuple<at::Tensor, bool> encode_feedback(const std::string& spec, const at::Tensor& x, at::Tensor& r, uint64_t seed,
+                                             uint32_t seq, uint32_t stream, int64_t off, int64_t bucket,
+                                             bool stochastic) {
+  cd::Spec sp = cd::parse(spec, bucket, stochastic);
+  check_f32(x, "x");
+  check_f32(r, "r");
+  if (x.numel() != r.numel()) bad("x and r must have the same number of elements");
+  check_offset(off);
+  int64_t n = x.numel();
+  at::Tensor out = at::empty({(int64_t)cd::encoded_bytes(sp, n)}, at::kByte);
+  bool finite;
+  {
+    py::gil_scoped_release nogil;
+    finite = cd::encode_feedback(sp, x.data_ptr<float>(), r.data_ptr<float>(), n, off, key_of(seed, seq, stream),
+                                 out.data_ptr<uint8_t>());
+  }
+  return {out, finite};
+}
+
 at::Tensor topk_feedback(const std::string& spec, at::Tensor& x, at::Tensor& r) {
   cd::Spec sp = cd::parse(spec, 512, true);
   if (sp.kind != cd::Kind::TopK) bad("topk_feedback needs a topk:R codec, got '" + spec + "'");
@@ -137,6 +157,10 @@ void bind_codec(py::module_& m) {
         "dec_stream"_a, "enc_stream"_a, "elem_offset"_a = 0, "bucket"_a = 512, "stochastic"_a = true,
         "out"_a = py::none(),
         "encode(decode(payload) + local), keys (seed, seq, dec_stream) and (seed, seq, enc_stream).");
+  c.def("encode_feedback", &encode_feedback, "spec"_a, "x"_a, "r"_a, "seed"_a, "seq"_a, "stream"_a,
+        "elem_offset"_a = 0, "bucket"_a = 512, "stochastic"_a = true,
+        "Error feedback on an encode: payload = encode(x + r), then r = x + r - decode(payload) in place; "
+        "returns (payload, whether r is finite).");
   c.def("topk_feedback", &topk_feedback, "spec"_a, "x"_a, "r"_a,
         "Top-k with error feedback in one pass (in place): r += x, x = 0, payload = encode(r), r -= decode(payload).");
   c.def("encoded_bytes", [](const std::string& spec, int64_t n, int64_t bucket) {

@@ -89,6 +89,29 @@ def test_topk_sampled_selection_is_exact():
         assert torch.equal(C.encode(spec, x, 0, 0, 0), R.encode(spec, x, 0, 0, 0))
 
 
+@pytest.mark.parametrize("spec,stochastic", [("q8", True), ("q4", False), ("q2", True), ("q1", True), ("fp16", True)])
+@pytest.mark.parametrize("n,bucket", [(0, 512), (1, 8), (1000, 64), (70_001, 512)])
+def test_encode_feedback_matches_add_encode_residual(spec, stochastic, n, bucket):
+    """Error feedback fused into the encode (bucket by bucket) gives the pure-torch reference's
+    bytes for encode(x + r) and r = x + r - decode, leaves x alone, and says whether r is
+    finite (partial last bucket, offset RNG counters, a NaN bucket)."""
+    x, r = sample(n, seed=7), sample(n, seed=8) * 0.1
+    args = (3, 5, 2, 40, bucket)  # seed, seq, stream, elem_offset, bucket
+    for nonfinite in ([False, True] if n > 100 else [False]):
+        if nonfinite:
+            x[n // 2] = float("nan")
+        s = x + r
+        want = R.encode(spec, s, *args, stochastic=stochastic)
+        want_r = s - R.decode(spec, want, n, *args)
+        x0, rr = x.clone(), r.clone()
+        p, finite = C.encode_feedback(spec, x, rr, *args, stochastic=stochastic)
+        assert torch.equal(p, want)
+        nan = torch.isnan(want_r)  # which NaN a NaN - NaN returns is the instruction's choice
+        assert torch.equal(torch.isnan(rr), nan) and bits_equal(rr[~nan], want_r[~nan])
+        assert bits_equal(x, x0)
+        assert finite == bool(torch.isfinite(want_r).all()) and finite != nonfinite
+
+
 @pytest.mark.parametrize("n,ratio", [(0, "0.01"), (1, "0.5"), (1000, "0.01"), (1000, "1"), (70_001, "0.01"),
                                      ((1 << 20) + 4097, "0.001")])
 def test_topk_feedback_matches_add_encode_residual(n, ratio):
