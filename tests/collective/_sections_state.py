@@ -196,7 +196,8 @@ def section_set_options(t, g, ref):
     with chk.case("set_options/bad_value_keeps_old"):
         before = ringzip.get_options(g)
         accepted = []
-        for bad in (dict(codec="q3"), dict(algorithm="tree"), dict(rounding="up"), dict(codec="topk:0")):
+        for bad in (dict(codec="q3"), dict(algorithm="tree"), dict(rounding="up"), dict(codec="topk:0"),
+                    dict(topk_block=-1)):
             try:
                 ringzip.set_options(group=g, **bad)
             except (ValueError, TypeError, RuntimeError):
