@@ -203,6 +203,7 @@ bool topk_feedback(const Spec& sp, float* x, float* r, int64_t n, uint8_t* out) 
   int64_t k = k_for(sp, n);
   int32_t cnt = (int32_t)k;
   std::memcpy(out, &cnt, 4);
+  if (k == 0) return true;  // n == 0
   std::vector<int32_t> idx;
   const uint32_t worst = topk_select<true>(x, r, n, k, idx);
   write_topk(r, idx, out);
