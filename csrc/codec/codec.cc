@@ -195,14 +195,22 @@ void decode_accumulate(const Spec& sp, const uint8_t* in, size_t in_bytes, int64
   decode_impl(sp, in, in_bytes, n, off, key, acc, true);
 }
 
-void residual(const Spec& sp, const uint8_t* in, size_t in_bytes, const float* x, int64_t n, int64_t off,
+bool residual(const Spec& sp, const uint8_t* in, size_t in_bytes, const float* x, int64_t n, int64_t off,
               const RngKey& key, float* r) {
   check_n(n);
   check_bytes(sp, in_bytes, n);
-  if (n == 0) return;
-  if (sp.kind == Kind::TopK) return detail::topk_residual(sp, in, x, n, r);
+  if (n == 0) return true;
+  if (sp.kind == Kind::TopK) {
+    detail::topk_residual(sp, in, x, n, r);
+    return false;  // mostly a copy of x: not scanned
+  }
   decode_impl(sp, in, in_bytes, n, off, key, r, false);
-  for (int64_t i = 0; i < n; ++i) r[i] = x[i] - r[i];
+  uint32_t worst = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    r[i] = x[i] - r[i];
+    worst = std::max(worst, f2u(r[i]) & 0x7f800000u);
+  }
+  return worst < 0x7f800000u;
 }
 
 bool encode_feedback(const Spec& sp, const float* x, float* r, int64_t n, int64_t off, const RngKey& key,
@@ -212,8 +220,8 @@ bool encode_feedback(const Spec& sp, const float* x, float* r, int64_t n, int64_
   std::vector<float> s(static_cast<size_t>(n));  // the other codecs: the same steps, unfused
   for (int64_t i = 0; i < n; ++i) s[i] = x[i] + r[i];
   encode(sp, InType::F32, s.data(), n, off, key, out);
-  residual(sp, out, encoded_bytes(sp, n), s.data(), n, off, key, r);
-  uint32_t worst = 0;
+  if (residual(sp, out, encoded_bytes(sp, n), s.data(), n, off, key, r)) return true;
+  uint32_t worst = 0;  // top-k's residual is not scanned on the way
   for (int64_t i = 0; i < n; ++i) worst = std::max(worst, f2u(r[i]) & 0x7f800000u);
   return worst < 0x7f800000u;
 }

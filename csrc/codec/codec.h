@@ -45,7 +45,8 @@ void decode(const Spec& spec, const uint8_t* in, size_t in_bytes, int64_t n, int
 void decode_accumulate(const Spec& spec, const uint8_t* in, size_t in_bytes, int64_t n,
                        int64_t elem_offset, const RngKey& key, float* acc);
 // Error feedback: r = x - decode(in), what x lost on the wire (in must be x's encoding).
-void residual(const Spec& spec, const uint8_t* in, size_t in_bytes, const float* x, int64_t n,
+// Returns true when r is known to hold no NaN/Inf (checked on the way; top-k: not checked).
+bool residual(const Spec& spec, const uint8_t* in, size_t in_bytes, const float* x, int64_t n,
               int64_t elem_offset, const RngKey& key, float* r);
 // Error feedback for the encode of a part sent to another rank: out = encode(x + r), then
 // r = x + r - decode(out), x unchanged; bucket by bucket in cache for the q-codecs (one trip

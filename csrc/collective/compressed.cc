@@ -55,11 +55,12 @@ void encode(Comm& c, const CompressedCall& call, const float* x, size_t n, size_
 }
 
 // residual[off:off+n] = x - decode(payload): what this rank's own data lost on the wire.
-void record_residual(Comm& c, const CompressedCall& call, const float* x, const uint8_t* payload,
+// Returns true when that residual is known to hold no NaN/Inf.
+bool record_residual(Comm& c, const CompressedCall& call, const float* x, const uint8_t* payload,
                      size_t bytes, size_t n, size_t off, const RngKey& k) {
-  if (!call.residual) return;
+  if (!call.residual) return true;
   CodecTimer t(c);
-  c.dev.decode_residual(call.spec, payload, bytes, n, off, k, x, call.residual + off);
+  return c.dev.decode_residual(call.spec, payload, bytes, n, off, k, x, call.residual + off);
 }
 
 // Error feedback: what earlier calls owe is sent along with this call's data.
@@ -169,7 +170,8 @@ Segments segments(const codec::Spec& spec, const Layout& l, int n) {
   return g;
 }
 
-void sra_host(Comm& c, float* data, const Layout& l, const CompressedCall& call, bool gather) {
+// Returns true when the residual is known to hold no NaN/Inf (no scan needed).
+bool sra_host(Comm& c, float* data, const Layout& l, const CompressedCall& call, bool gather) {
   const int n = c.size(), r = c.rank();
   const Segments g = segments(call.spec, l, n);
   // mine: my encodings of every part; reduce_in: peers' encodings of my part (one slot per
@@ -195,19 +197,23 @@ void sra_host(Comm& c, float* data, const Layout& l, const CompressedCall& call,
     sends.push_back(c.isend(p, bytes, peer, step));
     send_peers.push_back(peer);
   };
+  bool finite = true;  // every residual written so far known free of NaN/Inf
   auto encode_segment = [&](int i, size_t t, const RngKey& k) {
     const size_t e = g.elem[i][t];
     uint8_t* out = mine[i].get() + g.bytes[i][t];
     if (i != r && call.residual) {  // a peer's part: what earlier calls owe goes along
       CodecTimer timer(c);
-      bool finite;  // the final scan of the whole residual still runs (this rank's own part)
+      bool seg_finite = false;
       if (c.dev.encode_feedback(call.spec, data + e, call.residual + e, static_cast<int64_t>(g.len(i, t)), e, k, out,
-                                finite))
+                                seg_finite)) {
+        finite = finite && seg_finite;
         return;
+      }
       add_residual(c, call, data, g.len(i, t), e);
     }
     encode(c, call, data + e, g.len(i, t), e, k, out);
-    record_residual(c, call, data + e, out, g.nbytes(i, t), g.len(i, t), e, k);
+    const bool seg_finite = record_residual(c, call, data + e, out, g.nbytes(i, t), g.len(i, t), e, k);
+    finite = finite && seg_finite;
   };
   // This rank's part stays exact: it takes what earlier calls owe in full.
   add_residual(c, call, data, l.len(r), l.elem[r]);
@@ -253,14 +259,17 @@ void sra_host(Comm& c, float* data, const Layout& l, const CompressedCall& call,
     }
   }
   c.wait_all(sends, send_peers, "compressed all-reduce send to");
+  return finite;
 }
 
-void sra(Comm& c, float* data, size_t count, const CompressedCall& call) {
+// Returns true when the residual is known to hold no NaN/Inf.
+bool sra(Comm& c, float* data, size_t count, const CompressedCall& call) {
   const Layout l = layout(call.spec, count, c.size());
   if (c.net.eager_receives()) return sra_host(c, data, l, call, true);  // adds the residual itself
   add_residual(c, call, data, count);
   scatter_reduce(c, data, l, call);
   owner_gather(c, data, l, call, 1);
+  return false;
 }
 
 void ring(Comm& c, float* data, size_t count, const CompressedCall& call) {
@@ -402,13 +411,14 @@ void compressed_reduce_scatter(Comm& c, float* data, size_t count, const Compres
     return clear_residual(c, call, 0, count);
   }
   const Layout l = layout(call.spec, count, c.size());
+  bool residual_finite = false;  // known without a scan
   if (c.net.eager_receives()) {
-    sra_host(c, data, l, call, false);  // adds the residual itself
+    residual_finite = sra_host(c, data, l, call, false);  // adds the residual itself
   } else {
     add_residual(c, call, data, count);
     scatter_reduce(c, data, l, call);
   }
-  if (call.residual) c.dev.drop_nonfinite(call.residual, count);
+  if (call.residual && !residual_finite) c.dev.drop_nonfinite(call.residual, count);
 }
 
 CompressedAlgo parse_compressed_algo(const std::string& s) {
@@ -468,7 +478,7 @@ void compressed_allreduce(Comm& c, float* data, size_t count, const CompressedCa
         randomk(c, data, count, call);
       }
       break;
-    default: sra(c, data, count, call);
+    default: residual_finite = sra(c, data, count, call);
   }
   if (call.residual && !residual_finite) c.dev.drop_nonfinite(call.residual, count);
 }

@@ -37,10 +37,12 @@ class Compute {
                                  int64_t n, int64_t off, const codec::RngKey& dk, const codec::RngKey& ek,
                                  uint8_t* out) = 0;
   // Error feedback: r = x - decode(in), in being x's encoding (what x lost on the wire).
-  virtual void decode_residual(const codec::Spec& s, const uint8_t* in, size_t bytes, int64_t n, int64_t off,
+  // Returns true when r is known to hold no NaN/Inf (false: unknown).
+  virtual bool decode_residual(const codec::Spec& s, const uint8_t* in, size_t bytes, int64_t n, int64_t off,
                                const codec::RngKey& k, const float* x, float* r) {
     decode(s, in, bytes, n, off, k, r);
     residual(r, x, n);
+    return false;
   }
   // Error feedback on the encode of a part sent away (codec::encode_feedback): out =
   // encode(x + r), r = x + r - decode(out), x unchanged; `finite`: no NaN/Inf in r. Returns

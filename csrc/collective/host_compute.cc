@@ -104,9 +104,9 @@ class HostCompute final : public Compute {
     finite = codec::topk_feedback(s, x, r, n, out);
     return true;
   }
-  void decode_residual(const codec::Spec& s, const uint8_t* in, size_t bytes, int64_t n, int64_t off,
+  bool decode_residual(const codec::Spec& s, const uint8_t* in, size_t bytes, int64_t n, int64_t off,
                        const codec::RngKey& k, const float* x, float* r) override {
-    codec::residual(s, in, bytes, x, n, off, k, r);
+    return codec::residual(s, in, bytes, x, n, off, k, r);
   }
   void decode_accumulate(const codec::Spec& s, const uint8_t* in, size_t bytes, int64_t n, int64_t off,
                          const codec::RngKey& k, float* acc) override {

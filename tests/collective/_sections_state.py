@@ -440,3 +440,32 @@ def section_ef_tracking(t, ref):
                 f"after 1 / 10 / {steps} steps = {rel[1]:.3f} / {rel[10]:.3f} / {rel[steps]:.3f} "
                 f"(top-k with EF reaches ~0.10 of its 1-step error; the part of the error that the residuals "
                 f"do not hold stays)")
+    # A NaN step through sra with error feedback on (fused into the encodes on host transports):
+    # the last rank's NaN lies in rank 0's part. Afterwards no residual holds a NaN/Inf, the NaN
+    # rank's residual is reset to zero, and the next step is finite.
+    for codec, rnd, api in (("q1", "stochastic", "all_reduce"), ("q2", "nearest", "all_reduce"),
+                            ("q1", "stochastic", "reduce_scatter_tensor")):
+        name = f"ef/nan_step/{api}/{codec}/{rnd}"
+        gnan = dist.new_group(backend="ringzip", pg_options=ringzip.Options(min_numel=1024))
+        with chk.case(name):
+            setopt(gnan, codec=codec, algorithm="sra", rounding=rnd, error_feedback=None)
+            inp = torch.empty(N - N % ws)
+            out = inp if api == "all_reduce" else torch.empty(inp.numel() // ws)
+            outs = []
+            for nan in (False, True, False):
+                inp.copy_(x[:inp.numel()])
+                if nan and rank == ws - 1:
+                    inp[1] = float("nan")
+                if api == "all_reduce":
+                    dist.all_reduce(inp, group=gnan)
+                else:
+                    dist.reduce_scatter_tensor(out, inp, group=gnan)
+                outs.append(out.clone())
+                if nan:
+                    res = residual_list(gnan)
+            assert len(res) == 1, f"{len(res)} residuals for one tensor"
+            r_after = res[0][1]
+            assert bool(torch.isfinite(r_after).all()), f"rank {rank}: residual non-finite after a NaN step"
+            if rank == ws - 1:
+                assert not bool(r_after.any()), f"rank {rank} (the one with the NaN): residual not reset to zero"
+            assert bool(torch.isfinite(outs[2]).all()), "the step after a NaN step is not finite"
