@@ -9,6 +9,7 @@
 
 #include "codec/cast_math.h"
 #include "codec/codec_impl.h"
+#include "codec/quantize_math.h"
 
 namespace ringzip::codec {
 namespace detail {
@@ -205,13 +206,15 @@ bool residual(const Spec& sp, const uint8_t* in, size_t in_bytes, const float* x
     return false;  // mostly a copy of x: not scanned
   }
   decode_impl(sp, in, in_bytes, n, off, key, r, false);
-  uint32_t worst = 0;
+  uint32_t worst = 0;  // max |r| as ordered bits
   for (int64_t i = 0; i < n; ++i) {
     r[i] = x[i] - r[i];
-    worst = std::max(worst, f2u(r[i]) & 0x7f800000u);
+    worst = std::max(worst, abs_bits(r[i]));
   }
-  return worst < 0x7f800000u;
+  return abs_bits_finite(worst);
 }
+
+bool all_finite(const float* x, int64_t n) { return n == 0 || abs_bits_finite(detail::amax_bits(x, n)); }
 
 bool encode_feedback(const Spec& sp, const float* x, float* r, int64_t n, int64_t off, const RngKey& key,
                      uint8_t* out) {
@@ -220,10 +223,7 @@ bool encode_feedback(const Spec& sp, const float* x, float* r, int64_t n, int64_
   std::vector<float> s(static_cast<size_t>(n));  // the other codecs: the same steps, unfused
   for (int64_t i = 0; i < n; ++i) s[i] = x[i] + r[i];
   encode(sp, InType::F32, s.data(), n, off, key, out);
-  if (residual(sp, out, encoded_bytes(sp, n), s.data(), n, off, key, r)) return true;
-  uint32_t worst = 0;  // top-k's residual is not scanned on the way
-  for (int64_t i = 0; i < n; ++i) worst = std::max(worst, f2u(r[i]) & 0x7f800000u);
-  return worst < 0x7f800000u;
+  return residual(sp, out, encoded_bytes(sp, n), s.data(), n, off, key, r) || all_finite(r, n);
 }
 
 bool topk_feedback(const Spec& sp, float* x, float* r, int64_t n, uint8_t* out) {

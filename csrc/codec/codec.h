@@ -48,6 +48,8 @@ void decode_accumulate(const Spec& spec, const uint8_t* in, size_t in_bytes, int
 // Returns true when r is known to hold no NaN/Inf (checked on the way; top-k: not checked).
 bool residual(const Spec& spec, const uint8_t* in, size_t in_bytes, const float* x, int64_t n,
               int64_t elem_offset, const RngKey& key, float* r);
+// Whether x holds no NaN/Inf.
+bool all_finite(const float* x, int64_t n);
 // Error feedback for the encode of a part sent to another rank: out = encode(x + r), then
 // r = x + r - decode(out), x unchanged; bucket by bucket in cache for the q-codecs (one trip
 // through memory instead of add, encode, decode, subtract). Same payload and residual as those

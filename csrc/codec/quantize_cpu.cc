@@ -338,12 +338,12 @@ void encode_buckets(const QParams& p, int64_t n, int64_t off, const RngKey& key,
 RZ_CLONES void add_into(const float* x, const float* r, int64_t L, float* s) {
   for (int64_t j = 0; j < L; ++j) s[j] = rz_add(x[j], r[j]);
 }
-// r = s - value(code), with the decoder's values; returns the largest exponent field of r.
+// r = s - value(code), with the decoder's values; returns max |r| as ordered bits.
 RZ_CLONES uint32_t values_residual(const uint8_t* c, int64_t L, float step, int s, const float* sum, float* r) {
   uint32_t worst = 0;
   for (int64_t j = 0; j < L; ++j) {
     r[j] = rz_sub(sum[j], quant_value(c[j], step, s));
-    worst = std::max(worst, f2u(r[j]) & 0x7f800000u);
+    worst = std::max(worst, abs_bits(r[j]));
   }
   return worst;
 }
@@ -351,7 +351,7 @@ RZ_CLONES uint32_t q1_residual(const uint8_t* c, int64_t L, float scale, const f
   uint32_t worst = 0;
   for (int64_t j = 0; j < L; ++j) {
     r[j] = rz_sub(sum[j], q1_value(c[j], scale));
-    worst = std::max(worst, f2u(r[j]) & 0x7f800000u);
+    worst = std::max(worst, abs_bits(r[j]));
   }
   return worst;
 }
@@ -385,7 +385,7 @@ bool quant_encode_feedback(const Spec& sp, const float* x, float* r, int64_t n, 
                                        : values_residual(sc.c.data(), L, quant_step(scale, p.s), p.s, s, r + begin);
         worst = std::max(worst, w);
       });
-  return worst < 0x7f800000u;
+  return abs_bits_finite(worst);
 }
 
 void quant_decode(const Spec& sp, const uint8_t* in, int64_t n, float* out, bool acc) {

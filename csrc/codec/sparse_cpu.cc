@@ -11,6 +11,7 @@
 #include <immintrin.h>
 #endif
 
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // GCC 12 false positive in avx512fintrin.h
 #include "codec/codec_impl.h"
 #include "codec/quantize_math.h"
 #include "codec/sparse_math.h"
@@ -48,8 +49,8 @@ void top_composites(std::vector<uint64_t>& c, int64_t k, bool largest, std::vect
 // ascending index order. With Feedback the value is s = x + r (error feedback), and the same
 // pass stores r = s and x = 0, so adding the residual, scanning, keeping the value sent and
 // clearing the sparse sum's accumulator cost one trip through memory instead of four; `worst`
-// becomes the largest exponent field of any s (0x7f800000: a NaN or Inf was there), which
-// spares the caller another pass to find out.
+// becomes max |s| as ordered bits (not abs_bits_finite: a NaN or Inf was there), which spares
+// the caller another pass to find out.
 template <bool Feedback>
 void collect_scalar(float* x, float* r, int64_t begin, int64_t end, uint32_t thr, std::vector<uint64_t>& c,
                     uint32_t& worst) {
@@ -63,7 +64,7 @@ void collect_scalar(float* x, float* r, int64_t begin, int64_t end, uint32_t thr
         v = v + r[j];
         r[j] = v;
         x[j] = 0.0f;
-        worst = std::max(worst, f2u(v) & 0x7f800000u);
+        worst = std::max(worst, abs_bits(v));
       }
       hit |= (uint32_t)((f2u(v) & 0x7fffffffu) >= thr);
     }
@@ -84,7 +85,6 @@ __attribute__((target("avx512f"))) void collect_avx512(float* x, float* r, int64
   constexpr int64_t kChunk = 4096;
   uint32_t hits[kChunk + 16];
   const __m512i t = _mm512_set1_epi32((int)thr), abs_mask = _mm512_set1_epi32(0x7fffffff);
-  const __m512i exp_mask = _mm512_set1_epi32(0x7f800000);
   __m512i w = _mm512_setzero_si512();
   const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
   const float* s = Feedback ? r : x;
@@ -97,16 +97,17 @@ __attribute__((target("avx512f"))) void collect_avx512(float* x, float* r, int64
         v = _mm512_add_ps(v, _mm512_loadu_ps(r + b + j));
         _mm512_storeu_ps(r + b + j, v);
         _mm512_storeu_ps(x + b + j, _mm512_setzero_ps());
-        w = _mm512_max_epu32(w, _mm512_and_si512(_mm512_castps_si512(v), exp_mask));
       }
-      __mmask16 k = _mm512_cmpge_epu32_mask(_mm512_and_si512(_mm512_castps_si512(v), abs_mask), t);
+      const __m512i a = _mm512_and_si512(_mm512_castps_si512(v), abs_mask);
+      if constexpr (Feedback) w = _mm512_max_epu32(w, a);
+      __mmask16 k = _mm512_cmpge_epu32_mask(a, t);
       __m512i at = _mm512_add_epi32(_mm512_set1_epi32((int)(b + j)), lane);
       _mm512_storeu_si512(hits + m, _mm512_maskz_compress_epi32(k, at));
       m += __builtin_popcount(k);
     }
     for (int64_t h = 0; h < m; ++h) c.push_back(topk_composite(s[hits[h]], hits[h]));
   }
-  worst = std::max(worst, (uint32_t)_mm512_reduce_max_epu32(w));
+  if constexpr (Feedback) worst = std::max(worst, (uint32_t)_mm512_reduce_max_epu32(w));
   collect_scalar<Feedback>(x, r, b, n, thr, c, worst);
 }
 #endif
@@ -208,7 +209,7 @@ bool topk_feedback(const Spec& sp, float* x, float* r, int64_t n, uint8_t* out) 
   const uint32_t worst = topk_select<true>(x, r, n, k, idx);
   write_topk(r, idx, out);
   for (int32_t i : idx) r[i] = r[i] - r[i];  // what was sent is no longer owed (NaN stays NaN)
-  return worst < 0x7f800000u;  // every x + r finite, so is r now
+  return abs_bits_finite(worst);  // every x + r finite, so is r now
 }
 
 namespace {

@@ -272,7 +272,8 @@ bool sra(Comm& c, float* data, size_t count, const CompressedCall& call) {
   return false;
 }
 
-void ring(Comm& c, float* data, size_t count, const CompressedCall& call) {
+bool ring(Comm& c, float* data, size_t count, const CompressedCall& call) {
+  add_residual(c, call, data, count);
   const int n = c.size(), r = c.rank();
   const int right = (r + 1) % n, left = (r + n - 1) % n;
   const Layout l = layout(call.spec, count, n);
@@ -315,6 +316,7 @@ void ring(Comm& c, float* data, size_t count, const CompressedCall& call) {
     }
   }
   owner_gather(c, data, l, call, static_cast<uint32_t>(n));
+  return false;
 }
 
 constexpr size_t kMaxTopkBlocks = 4096;
@@ -385,9 +387,10 @@ bool topk(Comm& c, float* data, size_t count, const CompressedCall& call) {
   return finite;
 }
 
-void randomk(Comm& c, float* data, size_t count, const CompressedCall& call) {
+bool randomk(Comm& c, float* data, size_t count, const CompressedCall& call) {
   // Every rank selects the same indices (keyed by seed and seq only), so the k values can be
   // summed by an exact all-reduce; slot 0 carries the "saw a NaN/Inf" flag as NaN.
+  add_residual(c, call, data, count);
   const size_t pb = codec::encoded_bytes(call.spec, count);
   const size_t k = static_cast<size_t>(codec::k_for(call.spec, count));
   const RngKey key0 = key(call, c, c.rank(), 0);
@@ -401,6 +404,7 @@ void randomk(Comm& c, float* data, size_t count, const CompressedCall& call) {
   c.dev.randomk_from_values(v, k, payload.get());
   CodecTimer t(c);
   c.dev.decode(call.spec, payload.get(), pb, count, 0, key0, data);
+  return false;
 }
 
 }  // namespace
@@ -461,22 +465,13 @@ void compressed_allreduce(Comm& c, float* data, size_t count, const CompressedCa
     if (call.residual) c.dev.drop_nonfinite(call.residual, count);
     return;
   }
-  const CompressedAlgo algo = choose_compressed(call.spec, call.algo);
-  // Each algorithm adds the residual owed by earlier calls (top-k and sra on host transports
-  // fuse it into their encodes).
-  bool residual_finite = false;  // known without a scan
-  switch (algo) {
-    case CompressedAlgo::Ring:
-      add_residual(c, call, data, count);
-      ring(c, data, count, call);
-      break;
+  // Each algorithm adds the residual owed by earlier calls itself (top-k and sra on host
+  // transports fuse it into their encodes) and says whether the new one is known to be finite.
+  bool residual_finite;
+  switch (choose_compressed(call.spec, call.algo)) {
+    case CompressedAlgo::Ring: residual_finite = ring(c, data, count, call); break;
     case CompressedAlgo::Sparse:
-      if (call.spec.kind == Kind::TopK) {
-        residual_finite = topk(c, data, count, call);
-      } else {
-        add_residual(c, call, data, count);
-        randomk(c, data, count, call);
-      }
+      residual_finite = call.spec.kind == Kind::TopK ? topk(c, data, count, call) : randomk(c, data, count, call);
       break;
     default: residual_finite = sra(c, data, count, call);
   }

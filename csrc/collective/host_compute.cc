@@ -79,13 +79,7 @@ class HostCompute final : public Compute {
     for (size_t i = 0; i < n; ++i) r[i] = x[i] - r[i];
   }
   void drop_nonfinite(float* r, size_t n) override {
-    uint32_t worst = 0;  // max over exponent fields; all ones means NaN/Inf
-    for (size_t i = 0; i < n; ++i) {
-      uint32_t u;
-      std::memcpy(&u, r + i, 4);
-      worst = std::max(worst, u & 0x7f800000u);
-    }
-    if (worst == 0x7f800000u) std::memset(r, 0, n * sizeof(float));
+    if (!codec::all_finite(r, static_cast<int64_t>(n))) std::memset(r, 0, n * sizeof(float));
   }
   void encode(const codec::Spec& s, codec::InType t, const void* x, int64_t n, int64_t off,
               const codec::RngKey& k, uint8_t* out) override {
