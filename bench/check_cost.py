@@ -1,11 +1,11 @@
 #!/usr/bin/env python
-"""Latency cost of ringzip's mismatch check (Options(check="on") vs "off").
+"""Cost of ringzip's mismatch check: Options(check="off" / "auto" / "on") side by side, gloo too.
 
-Two (or --world) ranks, one process group per mode, all_reduce of float32 tensors of each size;
-the two modes alternate in blocks so background load hits both alike. Prints the median time
-per call and the added cost of the check.
+--world ranks, one process group per mode, all_reduce of float32 tensors of each size (4 B to
+64 MiB); the modes take turns in blocks (order rotating) so background load hits all alike.
+Prints the median time per call and each mode's cost over check="off".
 
-    python bench/check_cost.py [--world 2] [--iters 300]
+    python bench/check_cost.py [--world 4] [--iters 300]
 """
 from __future__ import annotations
 
@@ -18,7 +18,8 @@ import sys
 import tempfile
 import time
 
-SIZES = [1, 256, 16384, 262144, 4194304]  # elements: 4 B .. 16 MB
+SIZES = [1, 256, 16384, 262144, 1 << 20, 1 << 22, 1 << 24]  # elements: 4 B .. 64 MiB
+MODES = ("off", "auto", "on", "gloo")
 
 
 def rank_main(rank, world, store, iters, out):
@@ -29,15 +30,18 @@ def rank_main(rank, world, store, iters, out):
 
     torch.set_num_threads(1)
     dist.init_process_group("ringzip", init_method="file://" + store, rank=rank, world_size=world,
-                            pg_options=ringzip.Options(check="on"))
-    groups = {"on": None, "off": dist.new_group(backend="ringzip", pg_options=ringzip.Options(check="off"))}
+                            pg_options=ringzip.Options(check="off"))
+    groups = {"off": None, "gloo": dist.new_group(backend="gloo")}
+    for mode in ("auto", "on"):
+        groups[mode] = dist.new_group(backend="ringzip", pg_options=ringzip.Options(check=mode))
     res = {}
     for n in SIZES:
         t = torch.ones(n)
-        k = max(5, iters if n <= 16384 else iters // 10 if n <= 262144 else iters // 50)
-        times = {"on": [], "off": []}
+        k = max(5, iters if n <= 16384 else iters // 10 if n <= 262144 else iters // 50 if n <= 1 << 20 else 10)
+        times = {m: [] for m in MODES}
         for block in range(10):
-            for mode in ("on", "off") if block % 2 == 0 else ("off", "on"):
+            for i in range(len(MODES)):
+                mode = MODES[(block + i) % len(MODES)]
                 g = groups[mode]
                 dist.all_reduce(t, group=g)
                 for _ in range(max(1, k // 10)):
@@ -53,7 +57,7 @@ def rank_main(rank, world, store, iters, out):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--world", type=int, default=2)
+    ap.add_argument("--world", type=int, default=4)
     ap.add_argument("--iters", type=int, default=300)
     ap.add_argument("--rank", type=int)
     ap.add_argument("--store")
@@ -70,12 +74,12 @@ def main():
         for p in ps:
             p.wait(timeout=600)
         res = json.load(open(out))
-    print(f"all_reduce, {a.world} ranks, median us per call")
-    print(f"{'bytes':>10} {'check=off':>10} {'check=on':>10} {'added':>8} {'added %':>8}")
+    cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")), "?")
+    print(f"all_reduce float32, {a.world} ranks, loopback, median us per call; CPU: {cpu}")
+    print(f"{'bytes':>10} {'gloo':>10} {'off':>10} {'auto':>10} {'on':>10} {'auto/off':>9} {'on/off':>8}")
     for n, r in res.items():
-        add = r["on"] - r["off"]
-        print(f"{int(n) * 4:>10} {r['off']:>10.1f} {r['on']:>10.1f} {add:>8.1f} {100 * add / r['off']:>7.1f}%")
-
+        print(f"{int(n) * 4:>10} {r['gloo']:>10.1f} {r['off']:>10.1f} {r['auto']:>10.1f} {r['on']:>10.1f} "
+              f"{r['auto'] / r['off']:>9.3f} {r['on'] / r['off']:>8.3f}")
 
 if __name__ == "__main__":
     main()

@@ -14,6 +14,11 @@ AllreduceAlgo parse_algorithm(const std::string& s) {
   RZ_CHECK_VALUE(false, "unknown algorithm '", s, "' (expected auto, ring, rd, direct or star)");
 }
 
+namespace {
+// The backend whose task (collective and completion) runs on this thread, if any.
+thread_local const RingzipBackend* tl_running = nullptr;
+}  // namespace
+
 RingzipBackend::RingzipBackend(std::unique_ptr<Transport> net, Config cfg)
     : c10d::Backend(net->rank(), net->size()), net_(std::move(net)), cfg_(std::move(cfg)) {
   worker_ = std::thread([this] { run_worker(); });
@@ -32,22 +37,41 @@ void RingzipBackend::shutdown() {
     stop_ = true;
   }
   cv_.notify_all();
-  if (worker_.joinable()) worker_.join();
+  if (worker_.get_id() == std::this_thread::get_id()) {
+    worker_.detach();  // destroyed from a future callback on the worker itself
+  } else if (worker_.joinable()) {
+    worker_.join();
+  }
+  stop_watchdog();
   net_->close();  // threads and sockets go now, even while Python still holds the group
+}
+
+// A task is a collective and its completion: the future's callbacks (DDP comm hooks) run
+// before the next queued collective starts, and a collective they issue runs at once, inline
+// (PowerSGD's hook chains two all-reduces per bucket through callbacks). Sequence numbers are
+// taken when a task starts, so every rank runs the same calls in the same order under the same
+// numbers however its threads interleave: a callback's collective comes right after the one
+// that completed, as with NCCL, whose futures complete when the work is enqueued.
+void RingzipBackend::run_task(const Task& task) {
+  const RingzipBackend* outer = tl_running;
+  tl_running = this;
+  Finish finish = task();
+  finish();
+  tl_running = outer;
 }
 
 void RingzipBackend::run_worker() {
   for (;;) {
-    std::function<void()> task;
+    Task task;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return (stop_ && !busy_) || (!queue_.empty() && !busy_); });
+      cv_.wait(lock, [&] { return !busy_ && (stop_ || !queue_.empty()); });
       if (queue_.empty()) return;  // stopping and drained
       task = std::move(queue_.front());
       queue_.pop_front();
       busy_ = true;
     }
-    task();
+    run_task(task);
     {
       std::lock_guard<std::mutex> lock(mu_);
       busy_ = false;
@@ -65,35 +89,39 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::submit(c10d::OpType type, const c
                                                       std::chrono::milliseconds timeout, bool async,
                                                       Body body, uint32_t nseq, const Fingerprint& fp) {
   const auto to = effective(timeout);
-  const uint64_t seq = seq_.fetch_add(nseq);
-  auto work = c10::make_intrusive<CollectiveWork>(rank_, type, name, std::move(outputs), seq, to);
-  std::function<void()> task = [this, work, body = std::move(body), seq, to, name, fp,
-                                check = fp.checked_under(cfg_.check)] {
+  auto work = c10::make_intrusive<CollectiveWork>(rank_, type, name, std::move(outputs), to);
+  Task task = [this, work, body = std::move(body), nseq, to, name, fp, check = cfg_.check]() -> Finish {
+    const uint64_t seq = seq_.fetch_add(nseq);
+    work->set_sequence_number(seq);
     Comm c{*net_, host_compute(), static_cast<uint32_t>(seq), std::chrono::steady_clock::now() + to,
            std::string(name) + " on group '" + cfg_.group_name + "'"};
-    if (!run_checked(c, *work, body, fp, seq, check)) return;
-    work->complete();
+    std::exception_ptr err = run_checked(c, body, fp, seq, check);
+    if (err) return [work, err] { work->fail(err); };
+    return [work] { work->complete(); };
   };
+  const bool nested = tl_running == this;  // issued by a callback of this group's running task
   {
     std::unique_lock<std::mutex> lock(mu_);
     RZ_CHECK(!stop_, name, ": the process group was shut down or aborted");
     TORCH_CHECK_WITH(DistBackendError, broken_.empty(), "ringzip: ", name, " on group '", cfg_.group_name,
                      "' (rank ", rank_, "): the group is unusable after an earlier failure: ", broken_,
                      " -- destroy it and create a new process group");
-    if (async || busy_ || !queue_.empty()) {
+    if (!nested && (async || busy_ || !queue_.empty())) {
       queue_.push_back(std::move(task));
       lock.unlock();
       cv_.notify_all();
       return work;
     }
-    busy_ = true;
+    if (!nested) busy_ = true;
   }
-  task();
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    busy_ = false;
+  run_task(task);
+  if (!nested) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      busy_ = false;
+    }
+    cv_.notify_all();
   }
-  cv_.notify_all();
   return work;
 }
 

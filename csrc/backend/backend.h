@@ -14,6 +14,7 @@
 #include "backend/work.h"
 #include "backend/compression.h"
 #include "backend/fingerprint.h"
+#include "backend/mismatch_watch.h"
 #include "collective/algorithms.h"
 
 namespace ringzip {
@@ -103,6 +104,8 @@ class RingzipBackend final : public c10d::Backend {
   // kernels instead of host staging over Gloo. `store` carries the NCCL unique ids.
   void enable_cuda(const c10::intrusive_ptr<c10d::Store>& store);
   bool cuda_enabled() const { return cuda_ != nullptr; }
+  // check="auto"/"on": stalled calls are diagnosed through `store` (backend/mismatch_watch.h).
+  void enable_mismatch_watch(const c10::intrusive_ptr<c10d::Store>& store);
 
  private:
   using Body = std::function<void(Comm&)>;
@@ -123,17 +126,22 @@ class RingzipBackend final : public c10d::Backend {
   }
   Fingerprint fingerprint(c10d::OpType type, const std::vector<at::Tensor>& outputs, uint32_t nseq,
                           const FpExtra& extra) const;
-  // Runs the mismatch check (when on) and the body; on failure fails `work` and, unless the
-  // failure left the transport clean (a mismatch found before any payload), poisons the group.
-  bool run_checked(Comm& c, CollectiveWork& work, const Body& body, Fingerprint fp, uint64_t seq,
-                   bool check);
+  // Runs the body under the group's mismatch check (tags keyed by the call's fingerprint,
+  // the stall watch, and with check="on" the fingerprint exchange first); returns the failure,
+  // if any. Unless the failure left the transport clean (a mismatch found before any payload),
+  // the group is poisoned.
+  std::exception_ptr run_checked(Comm& c, const Body& body, Fingerprint fp, uint64_t seq, CheckMode check);
   // Marks the group unusable (first reason wins) and breaks the transport.
   void poison(const std::string& why);
   c10::intrusive_ptr<c10d::Work> submit(c10d::OpType type, const char* name,
                                         std::vector<at::Tensor> outputs,
                                         std::chrono::milliseconds timeout, bool async, Body body,
                                         uint32_t nseq, const Fingerprint& fp);
+  using Finish = std::function<void()>;  // completes or fails the work: runs its future's callbacks
+  using Task = std::function<Finish()>;
   void run_worker();
+  void run_task(const Task& task);
+  void stop_watchdog() { watch_.reset(); }
   std::chrono::milliseconds effective(std::chrono::milliseconds t) const;
 
   // Compressed variants of allreduce / reduce-scatter (compressed_ops.cc); nullptr when the
@@ -164,11 +172,12 @@ class RingzipBackend final : public c10d::Backend {
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<std::function<void()>> queue_;
+  std::deque<Task> queue_;
   bool stop_ = false;
   bool busy_ = false;  // a task runs, on the worker or inline
   std::string broken_;  // set once by poison(); guarded by mu_
   std::thread worker_;
+  std::unique_ptr<MismatchWatch> watch_;
 };
 
 }  // namespace ringzip

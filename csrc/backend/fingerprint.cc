@@ -63,11 +63,17 @@ CheckMode parse_check(const std::string& s) {
   RZ_CHECK_VALUE(false, "unknown check mode '", s, "' (expected on, auto or off)");
 }
 
-bool Fingerprint::checked_under(CheckMode mode) const {
-  if (mode != CheckMode::Auto) return mode == CheckMode::On;
-  if (numel < 0 || dtype == 0xFF) return numel < 0;  // all-to-all: sizes unknown, check
-  return numel * static_cast<int64_t>(c10::elementSize(static_cast<at::ScalarType>(dtype))) >= kAutoCheckBytes;
+uint32_t Fingerprint::tag_key() const {
+  Fingerprint f = *this;
+  f.seq = 0;
+  uint64_t h = 0xCBF29CE484222325ull;
+  uint64_t words[sizeof(Fingerprint) / 8];
+  std::memcpy(words, &f, sizeof(f));
+  for (uint64_t w : words) h = mix(h, w);
+  return static_cast<uint32_t>((h ^ (h >> 14) ^ (h >> 28) ^ (h >> 42)) & 0x3FFFu);
 }
+
+bool Fingerprint::same_call(const Fingerprint& o) const { return first_difference(*this, o) == nullptr; }
 
 void Fingerprint::set_tensors(const std::vector<at::Tensor>& tensors) {
   uint64_t h = 0xCBF29CE484222325ull;
@@ -101,6 +107,35 @@ std::string Fingerprint::describe() const {
   return o.str();
 }
 
+std::string mismatch_message(const std::vector<const Fingerprint*>& by_rank, int detected_on,
+                             const std::string& group, bool group_survives, bool* desync) {
+  const int n = static_cast<int>(by_rank.size());
+  int a = 0;
+  while (a < n && !by_rank[a]) ++a;
+  for (int b = a + 1; b < n; ++b) {
+    if (!by_rank[b]) continue;
+    const Fingerprint& x = *by_rank[a];
+    const Fingerprint& y = *by_rank[b];
+    const char* what = first_difference(x, y);
+    if (!what) continue;
+    const bool diverged = x.nseq != y.nseq || x.seq != y.seq || x.magic != y.magic;
+    if (desync) *desync = diverged;
+    std::ostringstream o;
+    o << "ringzip: mismatched collective calls in group '" << group << "' (detected on rank " << detected_on
+      << " of " << n << "): rank " << a << " called " << x.describe() << " but rank " << b << " called "
+      << y.describe() << "; they differ in " << what;
+    if (group_survives) {
+      o << ". No data was exchanged"
+        << (diverged ? "; the ranks' call sequences diverged, so the group is now unusable" : "; the group stays usable");
+    } else {
+      o << ". No data was exchanged (the calls' tags differ); the group is now unusable (check=\"on\" finds "
+           "mismatches before the call and keeps it usable)";
+    }
+    return o.str();
+  }
+  return {};
+}
+
 MismatchInfo exchange_fingerprints(Comm& c, const Fingerprint& mine, const std::string& group) {
   const int n = c.size(), r = c.rank();
   MismatchInfo info;
@@ -110,7 +145,8 @@ MismatchInfo exchange_fingerprints(Comm& c, const Fingerprint& mine, const std::
   // core every message costs a wake-up; docs/reliability.md).
   std::vector<Fingerprint> all(n);
   all[r] = mine;
-  const uint32_t gather = c.tag(kFingerprintStep), result = c.tag(kFingerprintStep + 1);
+  // Plain tags: the records must meet even when the calls' tag keys differ.
+  const uint32_t gather = Comm::plain_tag(c.seq, kFingerprintStep), result = Comm::plain_tag(c.seq, kFingerprintStep + 1);
   if (r == 0) {
     std::vector<std::unique_ptr<Request>> q;
     std::vector<int> peers;
@@ -129,21 +165,10 @@ MismatchInfo exchange_fingerprints(Comm& c, const Fingerprint& mine, const std::
     c.wait(*sq, 0, "fingerprint exchange: send to");
   }
   // Every rank compares the same records the same way, so all raise the same message.
-  auto of = [&](int rank) -> const Fingerprint& { return all[rank]; };
-  for (int j = 1; j < n; ++j) {
-    const char* what = first_difference(of(0), of(j));
-    if (!what) continue;
-    info.found = true;
-    info.desync = of(0).nseq != of(j).nseq || of(0).seq != of(j).seq || of(0).magic != of(j).magic;
-    std::ostringstream o;
-    o << "ringzip: mismatched collective calls in group '" << group << "' (detected on rank " << r << " of "
-      << n << "): rank 0 called " << of(0).describe() << " but rank " << j << " called " << of(j).describe()
-      << "; they differ in " << what << ". No data was exchanged"
-      << (info.desync ? "; the ranks' call sequences diverged, so the group is now unusable"
-                      : "; the group stays usable");
-    info.message = o.str();
-    break;
-  }
+  std::vector<const Fingerprint*> by_rank(n);
+  for (int j = 0; j < n; ++j) by_rank[j] = &all[j];
+  info.message = mismatch_message(by_rank, r, group, /*group_survives=*/true, &info.desync);
+  info.found = !info.message.empty();
   return info;
 }
 

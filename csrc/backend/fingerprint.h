@@ -15,10 +15,13 @@
 
 namespace ringzip {
 
-// On: every collective. Auto: calls of at least kAutoCheckBytes per rank (where the extra
-// round is cheap next to the payload; smaller mismatched calls go unchecked). Off: none.
+// Off: nothing. Auto (default): every call's tags carry a hash of its fingerprint, so
+// mismatched calls never exchange bytes; a call that stalls is diagnosed through the store
+// (backend/mismatch_watch.h) and every rank raises the same message -- no extra message on
+// the data path. On: in addition, the ranks exchange fingerprints before each call (two
+// small-message rounds) and a mismatch is found before anything is posted, which keeps the
+// group usable afterwards.
 enum class CheckMode : uint8_t { Off, On, Auto };
-constexpr int64_t kAutoCheckBytes = 16 << 20;
 CheckMode parse_check(const std::string& s);  // "on" / "auto" / "off"
 
 struct Fingerprint {
@@ -40,8 +43,11 @@ struct Fingerprint {
   void set_tensors(const std::vector<at::Tensor>& tensors);
   void set_codec(const std::string& name, uint32_t settings_hash);
   std::string describe() const;
-  // Whether `mode` checks this call (the same answer on every rank whose call matches).
-  bool checked_under(CheckMode mode) const;
+  // 14 bits mixed into the call's tags (Comm::tag_key): a hash of every field but seq, which
+  // the tags hold already. Two different calls share it with probability 2^-14.
+  uint32_t tag_key() const;
+  // Equal calls: every field but seq and the padding.
+  bool same_call(const Fingerprint& o) const;
 };
 static_assert(sizeof(Fingerprint) == 64, "fingerprint records are fixed-size on the wire");
 
@@ -60,6 +66,12 @@ struct MismatchInfo {
   bool desync = false;
   std::string message;
 };
+
+// The one message of a mismatch: `by_rank[j]` is rank j's record of the call (nullptr where
+// unknown); names the lowest rank and the lowest rank whose record differs from it. Empty when
+// the known records agree. `desync` reports a divergence of the ranks' call sequences.
+std::string mismatch_message(const std::vector<const Fingerprint*>& by_rank, int detected_on,
+                             const std::string& group, bool group_survives, bool* desync = nullptr);
 
 // Exchanges fingerprints over the group (rank 0 gathers the records and sends all of them
 // back: two rounds) and compares them. Transport failures throw like any collective step.

@@ -41,8 +41,8 @@ Fingerprint RingzipBackend::fingerprint(c10d::OpType type, const std::vector<at:
   return fp;
 }
 
-bool RingzipBackend::run_checked(Comm& c, CollectiveWork& work, const Body& body, Fingerprint fp,
-                                 uint64_t seq, bool check) {
+std::exception_ptr RingzipBackend::run_checked(Comm& c, const Body& body, Fingerprint fp, uint64_t seq,
+                                               CheckMode check) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!broken_.empty()) {  // queued before the failure: fail without touching the transport
@@ -50,15 +50,18 @@ bool RingzipBackend::run_checked(Comm& c, CollectiveWork& work, const Body& body
         TORCH_CHECK_WITH(DistBackendError, false, "ringzip ", c.op, " (seq ", seq, ", rank ", rank_,
                          "): not run, the group became unusable after an earlier failure: ", broken_);
       } catch (...) {
-        work.fail(std::current_exception());
+        return std::current_exception();
       }
-      return false;
     }
   }
+  fp.seq = seq;
+  const bool watched = check != CheckMode::Off && watch_;
+  if (check != CheckMode::Off) c.tag_key = fp.tag_key();
+  if (watched) watch_->begin(fp);
   bool clean = false;  // failure found while the transport is still in step on all ranks
+  std::exception_ptr err;
   try {
-    if (check) {
-      fp.seq = seq;
+    if (check == CheckMode::On) {
       const MismatchInfo mm = exchange_fingerprints(c, fp, cfg_.group_name);
       if (mm.found) {
         clean = !mm.desync;
@@ -66,13 +69,28 @@ bool RingzipBackend::run_checked(Comm& c, CollectiveWork& work, const Body& body
       }
     }
     body(c);
-    return true;
   } catch (...) {
-    auto e = std::current_exception();
-    if (!clean) poison(message_of(e));
-    work.fail(e);
-    return false;
+    err = std::current_exception();
   }
+  if (watched) watch_->end();
+  if (!err) return nullptr;
+  // A mismatch found by the watch (here or on another rank) is why the transport failed.
+  const std::string verdict = watched ? watch_->verdict() : std::string();
+  if (!verdict.empty()) {
+    try {
+      TORCH_CHECK_WITH(DistBackendError, false, verdict);
+    } catch (...) {
+      err = std::current_exception();
+    }
+  }
+  if (!clean) poison(message_of(err));
+  return err;
+}
+
+void RingzipBackend::enable_mismatch_watch(const c10::intrusive_ptr<c10d::Store>& store) {
+  if (size_ < 2) return;
+  watch_ = std::make_unique<MismatchWatch>(store, rank_, size_, cfg_.group_name,
+                                           [this](const std::string& why) { poison(why); });
 }
 
 void RingzipBackend::poison(const std::string& why) {

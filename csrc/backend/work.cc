@@ -7,12 +7,10 @@
 namespace ringzip {
 
 CollectiveWork::CollectiveWork(int rank, c10d::OpType type, std::string name,
-                               std::vector<at::Tensor> outputs, uint64_t seq,
-                               std::chrono::milliseconds timeout)
+                               std::vector<at::Tensor> outputs, std::chrono::milliseconds timeout)
     : c10d::Work(rank, type),
       name_(std::move(name)),
       outputs_(std::move(outputs)),
-      seq_(seq),
       timeout_(timeout),
       future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {}
 
@@ -32,7 +30,7 @@ bool CollectiveWork::wait(std::chrono::milliseconds timeout) {
   if (timeout == kNoTimeout) {
     cv_.wait(lock, [&] { return completed_; });
   } else if (!cv_.wait_for(lock, timeout, [&] { return completed_; })) {
-    TORCH_CHECK_WITH(DistBackendError, false, "ringzip: wait() on ", name_, " (seq ", seq_,
+    TORCH_CHECK_WITH(DistBackendError, false, "ringzip: wait() on ", name_, " (seq ", seq_.load(),
                      ") timed out after ", timeout.count(), " ms");
   }
   if (exception_) std::rethrow_exception(exception_);

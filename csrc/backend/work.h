@@ -3,6 +3,7 @@
 // the other wraps a transport request (point-to-point).
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
+#include <atomic>
 #include <functional>
 
 #include "transport/transport.h"
@@ -12,11 +13,12 @@ namespace ringzip {
 class CollectiveWork final : public c10d::Work {
  public:
   CollectiveWork(int rank, c10d::OpType type, std::string name, std::vector<at::Tensor> outputs,
-                 uint64_t seq, std::chrono::milliseconds timeout);
+                 std::chrono::milliseconds timeout);
   bool wait(std::chrono::milliseconds timeout = kNoTimeout) override;
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
   std::vector<at::Tensor> result() override { return outputs_; }
-  uint64_t getSequencenumber() const override { return seq_; }
+  uint64_t getSequencenumber() const override { return seq_.load(); }
+  void set_sequence_number(uint64_t seq) { seq_.store(seq); }  // taken when the call starts
   std::chrono::milliseconds getTimeout() const { return timeout_; }  // virtual in torch >= 2.12 only
   void complete();
   void fail(std::exception_ptr e);
@@ -25,7 +27,7 @@ class CollectiveWork final : public c10d::Work {
  private:
   std::string name_;
   std::vector<at::Tensor> outputs_;
-  uint64_t seq_;
+  std::atomic<uint64_t> seq_{0};
   std::chrono::milliseconds timeout_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
 };

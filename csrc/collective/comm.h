@@ -23,8 +23,16 @@ struct Comm {
 
   int rank() const { return net.rank(); }
   int size() const { return net.size(); }
+  // Mixed into every tag's sequence bits: a hash of the call's fingerprint (backend/
+  // fingerprint.h), so calls that differ between ranks never match each other's messages (a
+  // larger message than the receive expects would abort the process inside Gloo); 0: plain.
+  uint32_t tag_key = 0;
+
   // Collective tags live above 2^30 so they never meet user point-to-point tags.
-  uint32_t tag(uint32_t step) const { return (1u << 30) | ((seq & 0x3FFFu) << 16) | (step & 0xFFFFu); }
+  uint32_t tag(uint32_t step) const { return plain_tag(seq ^ tag_key, step); }
+  static uint32_t plain_tag(uint32_t seq, uint32_t step) {
+    return (1u << 30) | ((seq & 0x3FFFu) << 16) | (step & 0xFFFFu);
+  }
   std::unique_ptr<Request> isend(const void* p, size_t bytes, int peer, uint32_t step) {
     bytes_sent += bytes;
     return post_send(p, bytes, peer, tag(step));

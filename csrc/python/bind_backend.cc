@@ -57,6 +57,8 @@ void bind_backend(py::module_& m) {
            py::call_guard<py::gil_scoped_release>())
       .def("set_algorithm", [](RingzipBackend& b, const std::string& a) { b.set_algorithm(parse_algorithm(a)); })
       .def("set_check", [](RingzipBackend& b, const std::string& m) { b.set_check(parse_check(m)); })
+      .def("enable_mismatch_watch", &RingzipBackend::enable_mismatch_watch, py::arg("store"),
+           py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("broken_reason", &RingzipBackend::broken_reason)
       .def("set_compression",
            [](RingzipBackend& b, const std::string& codec, int64_t bucket_size, bool stochastic,

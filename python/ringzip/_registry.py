@@ -44,6 +44,7 @@ def create_backend(dist_opts, pg_options):
     gloo = dist.ProcessGroupGloo(store, dist_opts.group_rank, dist_opts.group_size, timeout)
     backend = _C.RingzipBackend(gloo, timeout, dense_algorithm(opts.algorithm), str(dist_opts.group_id))
     apply_options(backend, opts)
+    backend.enable_mismatch_watch(PrefixStore("ringzip/watch/", dist_opts.store))
     _maybe_enable_cuda(backend, dist_opts.store, opts)
     return backend
 

@@ -34,11 +34,14 @@ class Options:
     seed: seed of stochastic rounding and random-k selection (same on all ranks).
     transport: for CUDA tensors: ``auto`` (NCCL when this build has CUDA) or ``gloo``
         (host-staged through Gloo). CPU tensors always use Gloo.
-    check: mismatch check: before a collective the ranks exchange a 64-byte fingerprint of the
-        call (type, dtype, sizes, op, root, codec) and all raise a clear error on a mismatch
-        instead of exchanging data. ``auto`` (default): calls of >= 16 MiB per rank (DDP's
-        25 MiB buckets), where the extra round costs a few percent; ``on``: every call (doubles the
-        latency of small calls -- use it while developing); ``off``: never.
+    check: mismatch check of calls across ranks (docs/reliability.md). ``auto`` (default):
+        every call's tags carry a hash of the call (type, dtype, sizes, op, root, codec), so
+        mismatched calls exchange nothing; a call stalled for 250 ms is diagnosed through the
+        store and every rank raises the same message naming both calls (the group is then
+        unusable). No extra message per call. ``on``: in addition the ranks exchange the
+        64-byte fingerprints before each call, which finds a mismatch before anything is posted
+        and keeps the group usable, at one small-message round per call (use it while
+        developing). ``off``: nothing (a mismatch may time out or abort inside Gloo).
     """
 
     timeout: timedelta | None = None

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import threading
 import time
 from datetime import timedelta
@@ -106,20 +107,75 @@ def test_mismatches_raise_on_all_ranks_and_group_stays_usable():
         assert max(r[name][1] for r in res) < 5, (name, [r[name][1] for r in res])
 
 
-def rank_check_modes(rank, world, tmp):
-    init(tmp, rank, world, pg_options=ringzip.Options(check="off"))
+def _auto_cases(rank):
+    """check="auto" (the default) must catch, beyond the cases above: a size or dtype mismatch
+    where one rank's tensor is >= 16 MiB and the other's smaller (each rank used to decide from
+    its own size whether to check: a 15 s timeout), small mismatches (Gloo aborted the process
+    on "Received data size doesn't match expected size"), and a codec set on one rank only."""
+    odd = rank == 1
+    cases = dict(_mismatch_cases(rank))
+    cases.update({
+        "size_16MiB_vs_smaller": (lambda: dist.all_reduce(torch.ones((1 << 22) + 8 if odd else 1000)), "element count"),
+        "dtype_small": (lambda: dist.all_reduce(torch.ones(1000, dtype=torch.float16 if odd else torch.float32)),
+                        "dtype"),
+        "size_small_larger_first": (lambda: dist.all_reduce(torch.ones(100 if odd else 3000)), "element count"),
+        "codec_on_one_rank": (lambda: (ringzip.set_options(codec="q4") if odd else None,
+                                       dist.all_reduce(torch.ones(1 << 20))), "codec"),
+        "broadcast_vs_barrier": (lambda: dist.barrier() if odd else dist.broadcast(torch.ones(7), src=0),
+                                 "the collective"),
+    })
+    return cases
+
+
+def rank_mismatch_auto(rank, world, tmp):
+    out = {}
+    for i, (name, (fn, what)) in enumerate(_auto_cases(rank).items()):
+        init(tmp, rank, world, name=f"auto{i}", pg_options=ringzip.Options(timeout=timedelta(seconds=15)))
+        assert ringzip.get_options().check == "auto"
+        _good_allreduce()
+        needles = ("mismatched collective calls", what, " called ", " but rank ")
+        t0 = time.monotonic()
+        try:
+            fn()
+            # This rank's part of the call did not involve a mismatched rank (a broadcast or gather
+            # from a root that agrees with it): its next call must raise the same message.
+            msg, _ = _expect_error(_good_allreduce, *needles)
+        except AssertionError:
+            raise
+        except Exception:  # noqa: BLE001
+            msg, _ = _expect_error(lambda: (_ for _ in ()).throw(sys.exc_info()[1]), *needles)
+        dt = time.monotonic() - t0
+        # no message went through, but the stalled calls cannot be withdrawn: the group is done
+        _expect_error(_good_allreduce, "unusable after an earlier failure", "mismatched collective calls")
+        dist.destroy_process_group()
+        out[name] = [msg, dt]
+    init(tmp, rank, world, name="after")  # a new group in the same processes works
+    _good_allreduce(1 << 16)
+    dist.destroy_process_group()
+    return out
+
+
+def test_check_auto_catches_every_mismatch_within_a_second():
+    res = check_all_ok(launch(rank_mismatch_auto, WORLD, timeout=240))
+    for name in res[0]:
+        msgs = {r[name][0].split(" (detected on rank")[0] for r in res}
+        assert len(msgs) == 1, (name, msgs)  # every rank names the same mismatch
+        assert max(r[name][1] for r in res) < 1.0, (name, [r[name][1] for r in res])
+
+
+def rank_check_off(rank, world, tmp):
+    init(tmp, rank, world, pg_options=ringzip.Options(check="off", timeout=timedelta(seconds=3)))
     assert ringzip.get_options().check == "off"
     _good_allreduce()
-    ringzip.set_options(check="auto")  # >= 16 MiB per rank is checked
-    big = torch.ones((1 << 22) + 1 + rank)
-    _expect_error(lambda: dist.all_reduce(big), "mismatched", "element count")
-    _good_allreduce()
+    # Unchecked, a mismatch is only a timeout (same sizes here: Gloo would abort on larger data).
+    msg, dt = _expect_error(lambda: dist.all_reduce(torch.ones(10)) if rank else dist.barrier(), "ringzip")
+    assert "mismatched" not in msg and dt > 2.5, (msg, dt)
     dist.destroy_process_group()
     return True
 
 
-def test_check_off_and_auto():
-    check_all_ok(launch(rank_check_modes, 2, timeout=60))
+def test_check_off_times_out_without_a_diagnosis():
+    check_all_ok(launch(rank_check_off, 2, timeout=60))
 
 
 # ---------------------------------------------------------------------------- timeouts

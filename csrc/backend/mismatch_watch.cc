@@ -1,0 +1,145 @@
+#include "backend/mismatch_watch.h"
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+
+namespace ringzip {
+namespace {
+
+using Bytes = std::vector<uint8_t>;
+
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+std::vector<Fingerprint> parse(const Bytes& b) {
+  std::vector<Fingerprint> out(b.size() / sizeof(Fingerprint));
+  if (!out.empty()) std::memcpy(out.data(), b.data(), out.size() * sizeof(Fingerprint));
+  return out;
+}
+
+}  // namespace
+
+MismatchWatch::MismatchWatch(c10::intrusive_ptr<c10d::Store> store, int rank, int size, std::string group,
+                             std::function<void(const std::string&)> on_verdict)
+    : rank_(rank), size_(size), group_(std::move(group)), on_verdict_(std::move(on_verdict)) {
+  // Keys of an earlier group on the same store (destroy_process_group, then init again under
+  // the same name) must not be read as this one's: every incarnation gets its own prefix. All
+  // ranks of one incarnation add before any rank can create the next (creation connects them).
+  const int64_t joined = store->add("incarnations", 1);
+  const int64_t incarnation = (joined - 1) / size;
+  store_ = c10::make_intrusive<c10d::PrefixStore>(std::to_string(incarnation) + "/", std::move(store));
+  thread_ = std::thread([this] { loop(); });
+}
+
+MismatchWatch::~MismatchWatch() {
+  {
+    std::lock_guard<std::mutex> lock(stop_mu_);
+    stop_ = true;
+  }
+  stop_cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void MismatchWatch::begin(const Fingerprint& fp) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    history_[recorded_++ % kHistory] = fp;
+  }
+  started_ns_.store(now_ns(), std::memory_order_relaxed);
+  running_.store(fp.seq + 1, std::memory_order_release);
+}
+
+void MismatchWatch::end() { running_.store(0, std::memory_order_release); }
+
+std::string MismatchWatch::verdict() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!verdict_.empty()) return verdict_;
+  }
+  try {
+    if (!store_->check({"verdict"})) return {};
+    const Bytes v = store_->get("verdict");
+    return std::string(v.begin(), v.end());
+  } catch (...) {
+    return {};  // the store went with a dead rank: report the failure as it is
+  }
+}
+
+void MismatchWatch::loop() {
+  std::unique_lock<std::mutex> lock(stop_mu_);
+  uint64_t call = 0;
+  int64_t next_ns = 0;
+  while (!stop_) {
+    stop_cv_.wait_for(lock, kPoll);
+    if (stop_) break;
+    const uint64_t run = running_.load(std::memory_order_acquire);
+    if (run == 0) continue;
+    const int64_t age = now_ns() - started_ns_.load(std::memory_order_relaxed);
+    if (run != call) {  // a new call: first look after kStall, then at doubling ages
+      call = run;
+      next_ns = std::chrono::nanoseconds(kStall).count();
+    }
+    if (age < next_ns) continue;
+    next_ns *= 2;
+    lock.unlock();
+    try {
+      diagnose(run - 1);
+    } catch (...) {
+      // The store is unreachable (its host died): the call fails by its own timeout.
+    }
+    lock.lock();
+  }
+}
+
+void MismatchWatch::diagnose(uint64_t seq) {
+  std::string found = verdict();
+  if (found.empty()) {
+    std::vector<std::vector<Fingerprint>> histories(size_);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      const uint64_t first = recorded_ > kHistory ? recorded_ - kHistory : 0;
+      for (uint64_t i = first; i < recorded_; ++i) histories[rank_].push_back(history_[i % kHistory]);
+    }
+    if (published_ != seq + 1) {
+      const auto* p = reinterpret_cast<const uint8_t*>(histories[rank_].data());
+      store_->set("h/" + std::to_string(rank_), Bytes(p, p + histories[rank_].size() * sizeof(Fingerprint)));
+      published_ = seq + 1;
+    }
+    for (int j = 0; j < size_; ++j) {
+      const std::string key = "h/" + std::to_string(j);
+      if (j != rank_ && store_->check({key})) histories[j] = parse(store_->get(key));
+    }
+    const std::string mine = find_mismatch(histories);
+    if (mine.empty()) return;
+    const Bytes won = store_->compareSet("verdict", {}, Bytes(mine.begin(), mine.end()));
+    found.assign(won.begin(), won.end());
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (verdict_.empty()) verdict_ = found;
+  }
+  on_verdict_(found);
+}
+
+// The earliest call that two ranks both recorded, differently.
+std::string MismatchWatch::find_mismatch(const std::vector<std::vector<Fingerprint>>& histories) const {
+  std::map<uint64_t, std::vector<const Fingerprint*>> by_seq;
+  for (int j = 0; j < size_; ++j) {
+    for (const Fingerprint& f : histories[j]) {
+      auto& row = by_seq[f.seq];
+      if (row.empty()) row.resize(size_, nullptr);
+      row[j] = &f;
+    }
+  }
+  for (const auto& [seq, row] : by_seq) {
+    if (std::count(row.begin(), row.end(), nullptr) >= size_ - 1) continue;
+    std::string msg = mismatch_message(row, rank_, group_, /*group_survives=*/false);
+    if (!msg.empty()) return msg;
+  }
+  return {};
+}
+
+}  // namespace ringzip
