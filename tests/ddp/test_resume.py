@@ -131,6 +131,12 @@ def second_launch(ctx, ckpt_dir):
             with pytest.raises(ValueError, match="rank"):
                 ringzip.load_error_feedback_state(pg, dict(ef, rank=1 - ctx.rank), model=model)
         ringzip.load_error_feedback_state(pg, ef, model=model)
+        if case[0] == CASES[0][0]:  # a checkpoint right after the load saves what was loaded
+            again = ringzip.error_feedback_state(pg, model=model)
+            assert again["ddp"]["layout"] == "rebuilt" and again["ddp"] == ef["ddp"], (again["ddp"], ef["ddp"])
+            assert (again["calls"], again["awaiting"]) == (ef["calls"], ef["awaiting"])
+            assert [s for s, _ in again["residuals"]] == [s for s, _ in ef["residuals"]]
+            assert all(torch.equal(a, b) for (_, a), (_, b) in zip(again["residuals"], ef["residuals"]))
         _train(model, opt, ctx.rank, range(N_STEPS, N_STEPS + M_STEPS))
         out[case[0]] = _flat(model)
     dist.destroy_process_group()
