@@ -17,13 +17,15 @@ at::Tensor f32_work(const at::Tensor& t) {
   return t.to(at::kCPU, at::kFloat, false, /*copy=*/true).contiguous();
 }
 
-// What the mismatch check compares of the codec settings (backend/fingerprint.h).
-FpExtra codec_fingerprint(const CompressionConfig& cc) {
+// What the mismatch check compares of the codec settings (backend/fingerprint.h), and the
+// call's RNG number: ranks that restored different error-feedback states would otherwise
+// draw different random-k indices.
+FpExtra codec_fingerprint(const CompressionConfig& cc, uint64_t call_number) {
   FpExtra e;
   e.codec = cc.codec;
   uint64_t h = 1469598103934665603ull;
   for (uint64_t v : {static_cast<uint64_t>(cc.bucket_size), static_cast<uint64_t>(cc.stochastic), cc.seed,
-                     static_cast<uint64_t>(cc.algorithm), static_cast<uint64_t>(cc.topk_block)}) {
+                     static_cast<uint64_t>(cc.algorithm), static_cast<uint64_t>(cc.topk_block), call_number}) {
     h = (h ^ v) * 1099511628211ull;
   }
   e.codec_hash = static_cast<uint32_t>(h ^ (h >> 32));
@@ -54,20 +56,20 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::maybe_compressed_allreduce(
   if (!compressible(cc, t, opts.reduceOp)) return {};
   const auto red = to_reduction(opts.reduceOp, to_dtype(t.scalar_type(), name), size_, name);
   const at::Tensor x = f32_work(t);
-  const at::Tensor res = cc.feedback() ? comp_.residual_for(outputs.at(0), t.numel()) : at::Tensor();
+  const Compression::Call which = comp_.begin_call(outputs.at(0), t.numel(), cc.feedback());
   const uint64_t in_bytes = t.nbytes();
   return enqueue(c10d::OpType::ALLREDUCE, name, std::move(outputs), opts,
-                 [this, t, x, res, red, cc, in_bytes, after](Comm& c) {
+                 [this, t, x, which, red, cc, in_bytes, after](Comm& c) {
                    const int n = c.size();
                    run_compressed(
-                       c, comp_, cc, x, res, red, in_bytes, 2.0 * (n - 1) / n,
+                       c, comp_, cc, x, which, red, in_bytes, 2.0 * (n - 1) / n,
                        [&](const CompressedCall& call) { compressed_allreduce(c, x.data_ptr<float>(), x.numel(), call); },
                        [&] {
                          if (red.post != 1.0) x.mul_(red.post);
                          if (!x.is_same(t)) t.copy_(x);
                          if (after) after();
                        });
-                 }, 1, codec_fingerprint(cc));
+                 }, 1, codec_fingerprint(cc, which.number));
 }
 
 c10::intrusive_ptr<c10d::Work> RingzipBackend::maybe_compressed_reduce_scatter(
@@ -78,13 +80,13 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::maybe_compressed_reduce_scatter(
   const auto red = to_reduction(opts.reduceOp, to_dtype(out.scalar_type(), name), size_, name);
   // A fresh float32 copy: the reduction runs in place and the caller's input stays intact.
   const at::Tensor x = flat_in.to(at::kCPU, at::kFloat, false, /*copy=*/true).contiguous().view({-1});
-  const at::Tensor res = cc.feedback() ? comp_.residual_for(identity, flat_in.numel()) : at::Tensor();
+  const Compression::Call which = comp_.begin_call(identity, flat_in.numel(), cc.feedback());
   const uint64_t in_bytes = flat_in.nbytes();
   return enqueue(c10d::OpType::REDUCE_SCATTER, name, {out}, opts,
-                 [this, out, x, res, red, cc, in_bytes](Comm& c) {
+                 [this, out, x, which, red, cc, in_bytes](Comm& c) {
                    const int n = c.size();
                    run_compressed(
-                       c, comp_, cc, x, res, red, in_bytes, 1.0 * (n - 1) / n,
+                       c, comp_, cc, x, which, red, in_bytes, 1.0 * (n - 1) / n,
                        [&](const CompressedCall& call) { compressed_reduce_scatter(c, x.data_ptr<float>(), x.numel(), call); },
                        [&] {
                          const int64_t part = out.numel();
@@ -92,7 +94,7 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::maybe_compressed_reduce_scatter(
                          if (red.post != 1.0) mine.mul_(red.post);
                          out.copy_(mine.view(out.sizes()));
                        });
-                 }, 1, codec_fingerprint(cc));
+                 }, 1, codec_fingerprint(cc, which.number));
 }
 
 }  // namespace ringzip

@@ -11,27 +11,29 @@
 
 namespace ringzip {
 
-inline CompressedCall call_of(const CompressionConfig& cc) {
+inline CompressedCall call_of(const CompressionConfig& cc, const Compression::Call& which) {
   CompressedCall call;
   call.spec = cc.spec();
   call.seed = cc.seed;
+  call.rng_seq = static_cast<uint32_t>(which.number);
   call.algo = cc.algorithm;
   call.topk_block = static_cast<size_t>(cc.topk_block);
   return call;
 }
 
 // One compressed call on the float32 working copy x (host or device): pre-scale (PREMUL_SUM),
-// hand the error-feedback residual to the algorithm (which adds it to x), run `algo`, then
-// `finish` (post-scale, write-back) and the stats.
+// hand the call's RNG number and error-feedback residual (Compression::begin_call, taken on the
+// caller's thread) to the algorithm (which adds the residual to x), run `algo`, then `finish`
+// (post-scale, write-back) and the stats.
 // `dense_factor`: bytes an exact ring algorithm would send per input byte.
 template <typename Algo, typename Finish>
 void run_compressed(Comm& c, Compression& comp, const CompressionConfig& cc, const at::Tensor& x,
-                    const at::Tensor& res, const Reduction& red, uint64_t in_bytes, double dense_factor,
+                    const Compression::Call& which, const Reduction& red, uint64_t in_bytes, double dense_factor,
                     Algo algo, Finish finish) {
   const auto t0 = std::chrono::steady_clock::now();
-  CompressedCall call = call_of(cc);
+  CompressedCall call = call_of(cc, which);
   if (red.pre != 1.0) x.mul_(red.pre);
-  if (res.defined()) call.residual = res.data_ptr<float>();  // the algorithm adds it to x
+  if (which.residual.defined()) call.residual = which.residual.data_ptr<float>();  // the algorithm adds it to x
   algo(call);
   finish();
   comp.record(cc.codec, {1, in_bytes, c.bytes_sent, static_cast<uint64_t>(dense_factor * in_bytes),

@@ -1,5 +1,7 @@
 #include "backend/compression.h"
 
+#include <algorithm>
+
 namespace ringzip {
 
 bool compressible(const CompressionConfig& cc, const at::Tensor& t, const c10d::ReduceOp& op) {
@@ -10,33 +12,59 @@ bool compressible(const CompressionConfig& cc, const at::Tensor& t, const c10d::
   return cc.enabled() && fp && summing && t.numel() >= cc.min_numel;
 }
 
-at::Tensor Compression::residual_for(const at::Tensor& t, int64_t numel, at::Device device) {
-  const std::string key = std::to_string(reinterpret_cast<uintptr_t>(t.storage().unsafeGetStorageImpl())) + ":" +
-                          std::to_string(t.storage_offset()) + ":" + std::to_string(numel);
+std::string Compression::key_of(const at::Tensor& t, int64_t numel) {
+  return std::to_string(reinterpret_cast<uintptr_t>(t.storage().unsafeGetStorageImpl())) + ":" +
+         std::to_string(t.storage_offset()) + ":" + std::to_string(numel);
+}
+
+Compression::Call Compression::begin_call(const at::Tensor& t, int64_t numel, bool feedback, at::Device device) {
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = residuals_.find(key);
-  if (it != residuals_.end() && !it->second.owner.expired()) return it->second.residual;
-  if (it != residuals_.end()) residuals_.erase(it);  // storage freed and its address reused
-  c10::weak_intrusive_ptr<c10::StorageImpl> owner(t.storage().getWeakStorageImpl());
-  for (auto e = residuals_.begin(); e != residuals_.end(); ++e) {
-    if (e->second.owner.expired() && e->second.residual.numel() == numel && e->second.residual.device() == device) {
-      Entry inherited{e->second.slot, e->second.residual, owner};
-      residuals_.erase(e);
-      residuals_.emplace(key, inherited);
-      return inherited.residual;
+  Call call{calls_++, {}};
+  if (!feedback) return call;
+  const std::string key = key_of(t, numel);
+  for (auto& e : entries_) {
+    if (e.key == key && e.live()) {
+      e.last_use = call.number;
+      call.residual = e.residual;
+      return call;
     }
   }
-  const int64_t slot = next_slot_++;
-  at::Tensor r;
-  auto l = loaded_.find(slot);
-  if (l != loaded_.end() && l->second.numel() == numel) {
-    r = l->second.to(device, at::kFloat).contiguous().clone();
-    loaded_.erase(l);
-  } else {
-    r = at::zeros({numel}, at::TensorOptions().dtype(at::kFloat).device(device));
+  // A tensor seen for the first time (compression.h): an awaiting residual of its size, else a
+  // free one, the least recently used first; else a new one.
+  Entry* pick = nullptr;
+  for (Bind want : {Bind::Awaiting, Bind::Free}) {
+    for (auto& e : entries_) {
+      const bool ok = want == Bind::Awaiting ? e.bind == Bind::Awaiting : e.free();
+      if (ok && e.residual.numel() == numel && (!pick || e.last_use < pick->last_use)) pick = &e;
+    }
+    if (pick) break;
   }
-  residuals_.emplace(key, Entry{slot, r, owner});
-  return r;
+  if (!pick) {
+    entries_.push_back(Entry{at::zeros({numel}, at::TensorOptions().dtype(at::kFloat).device(device))});
+    pick = &entries_.back();
+  } else if (pick->residual.device() != device) {
+    pick->residual = pick->residual.to(device);  // restored on another device (checkpoint)
+  }
+  pick->bind = Bind::Live;
+  pick->key = key;
+  pick->owner = c10::weak_intrusive_ptr<c10::StorageImpl>(t.storage().getWeakStorageImpl());
+  pick->last_use = call.number;
+  call.residual = pick->residual;
+  return call;
+}
+
+void Compression::release(const std::vector<at::Tensor>& tensors) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& t : tensors) {
+    const std::string key = key_of(t, t.numel());
+    for (auto& e : entries_) {
+      if (e.key == key && e.live()) {
+        e.bind = Bind::Awaiting;
+        e.key.clear();
+        e.owner = c10::weak_intrusive_ptr<c10::StorageImpl>(c10::intrusive_ptr<c10::StorageImpl>());
+      }
+    }
+  }
 }
 
 void Compression::record(const std::string& codec, const CodecStats& d) {
@@ -60,27 +88,33 @@ void Compression::reset_stats() {
   stats_.clear();
 }
 
-std::vector<std::tuple<int64_t, at::Tensor>> Compression::state() const {
+Compression::State Compression::state() const {
   std::lock_guard<std::mutex> lock(mu_);
-  std::vector<std::tuple<int64_t, at::Tensor>> out;
-  for (const auto& [key, e] : residuals_) out.emplace_back(e.slot, e.residual.clone());
-  for (const auto& [slot, r] : loaded_) out.emplace_back(slot, r.clone());  // restored, not yet used
-  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return std::get<0>(a) < std::get<0>(b); });
+  State out;
+  out.calls = calls_;
+  for (const auto& e : entries_) out.residuals.push_back({e.last_use, !e.free(), e.residual.clone()});
+  std::sort(out.residuals.begin(), out.residuals.end(),
+            [](const SavedResidual& a, const SavedResidual& b) { return a.last_use < b.last_use; });
   return out;
 }
 
-void Compression::load_state(const std::vector<std::tuple<int64_t, at::Tensor>>& state) {
+void Compression::load_state(const State& state) {
+  std::vector<Entry> entries;
+  for (const auto& r : state.residuals) {
+    // A copy: the caller's tensors stay theirs (and a later step must not change a saved state).
+    Entry e{r.values.to(at::kFloat).contiguous().view({-1}).clone(), r.last_use,
+            r.bound ? Bind::Awaiting : Bind::Free};
+    entries.push_back(std::move(e));
+  }
   std::lock_guard<std::mutex> lock(mu_);
-  residuals_.clear();
-  loaded_.clear();
-  next_slot_ = 0;
-  for (const auto& [slot, r] : state) loaded_[slot] = r;
+  entries_ = std::move(entries);
+  calls_ = state.calls;
 }
 
 int64_t Compression::residual_bytes() const {
   std::lock_guard<std::mutex> lock(mu_);
   int64_t b = 0;
-  for (const auto& [key, e] : residuals_) b += e.residual.nbytes();
+  for (const auto& e : entries_) b += e.residual.nbytes();
   return b;
 }
 

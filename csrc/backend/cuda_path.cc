@@ -162,18 +162,16 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::cuda_allreduce(at::Tensor& t, con
   const auto timeout = effective(opts.timeout);
   const uint64_t seq = seq_.fetch_add(1);
   if (compressible(cc, t, opts.reduceOp)) {
-    const bool feedback = cc.feedback();
+    const Compression::Call which = comp_.begin_call(t, t.numel(), cc.feedback(), t.device());
     return run_on_stream(*cuda_, rank_, c10d::OpType::ALLREDUCE, "allreduce", {t}, {t}, seq, timeout,
                          [&](Comm& c, CudaPath::Device&) {
       at::Tensor x = (t.is_contiguous() && t.scalar_type() == at::kFloat) ? t : t.to(at::kFloat).contiguous();
-      at::Tensor res;
-      if (feedback) {
-        res = comp_.residual_for(t, t.numel(), t.device());
-        c10::cuda::CUDACachingAllocator::recordStream(res.storage().data_ptr(), c10::cuda::getCurrentCUDAStream());
-      }
+      if (which.residual.defined())
+        c10::cuda::CUDACachingAllocator::recordStream(which.residual.storage().data_ptr(),
+                                                      c10::cuda::getCurrentCUDAStream());
       const int n = c.size();
       run_compressed(
-          c, comp_, cc, x, res, red, t.nbytes(), 2.0 * (n - 1) / n,
+          c, comp_, cc, x, which, red, t.nbytes(), 2.0 * (n - 1) / n,
           [&](const CompressedCall& call) { compressed_allreduce(c, x.data_ptr<float>(), x.numel(), call); },
           [&] {
             if (red.post != 1.0) x.mul_(red.post);

@@ -15,10 +15,11 @@ namespace {
 using codec::Kind;
 using codec::RngKey;
 
-// RNG streams: rank in the high bits, the phase of the algorithm in the low byte.
+// RNG streams: the call's number (CompressedCall::rng_seq), rank in the high bits of the stream
+// word, the phase of the algorithm in its low byte.
 constexpr uint32_t kGatherPhase = 0xF0;
-RngKey key(const CompressedCall& call, const Comm& c, int rank, uint32_t phase) {
-  return RngKey{call.seed, c.seq, static_cast<uint32_t>(rank) << 8 | phase};
+RngKey key(const CompressedCall& call, const Comm&, int rank, uint32_t phase) {
+  return RngKey{call.seed, call.rng_seq, static_cast<uint32_t>(rank) << 8 | phase};
 }
 
 // Accounts time spent in codec kernels to the call (stats: codec vs transport time). On a

@@ -23,6 +23,10 @@ CompressedAlgo choose_compressed(const codec::Spec& spec, CompressedAlgo request
 struct CompressedCall {
   codec::Spec spec;
   uint64_t seed = 0;
+  // Keys the call's RNG streams (Philox counter word c2) with `seed`: the backend passes the
+  // number of the call in its group's sequence of compressed calls (backend/compression.h), so
+  // the streams survive a restart with the error-feedback state. Never the tag's sequence number.
+  uint32_t rng_seq = 0;
   CompressedAlgo algo = CompressedAlgo::Auto;
   // Error feedback, when non-null: on entry the residual owed from earlier calls, which the
   // algorithm adds to data before compressing; on return the new residual, (data + residual)

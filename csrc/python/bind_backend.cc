@@ -99,11 +99,23 @@ void bind_backend(py::module_& m) {
            })
       .def("reset_stats", [](RingzipBackend& b) { b.compression_state().reset_stats(); })
       .def("residual_bytes", [](RingzipBackend& b) { return b.compression_state().residual_bytes(); })
-      .def("error_feedback_state", [](RingzipBackend& b) { return b.compression_state().state(); })
+      // (calls, [(last_use, bound, residual), ...] by last use): Compression::State
+      .def("error_feedback_state",
+           [](RingzipBackend& b) {
+             const auto st = b.compression_state().state();
+             std::vector<std::tuple<uint64_t, bool, at::Tensor>> res;
+             for (const auto& r : st.residuals) res.emplace_back(r.last_use, r.bound, r.values);
+             return std::make_tuple(st.calls, res);
+           })
       .def("load_error_feedback_state",
-           [](RingzipBackend& b, const std::vector<std::tuple<int64_t, at::Tensor>>& st) {
+           [](RingzipBackend& b, uint64_t calls, const std::vector<std::tuple<uint64_t, bool, at::Tensor>>& res) {
+             Compression::State st;
+             st.calls = calls;
+             for (const auto& [last_use, bound, values] : res) st.residuals.push_back({last_use, bound, values});
              b.compression_state().load_state(st);
            })
+      .def("release_error_feedback",
+           [](RingzipBackend& b, const std::vector<at::Tensor>& tensors) { b.compression_state().release(tensors); })
       .def_property_readonly("identity", [](const RingzipBackend& b) { return reinterpret_cast<uintptr_t>(&b); })
       .def_property_readonly("timeout", [](const RingzipBackend& b) { return b.config().timeout; })
       .def_property_readonly("transport", [](const RingzipBackend&) { return std::string("gloo"); });

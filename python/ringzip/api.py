@@ -1,6 +1,11 @@
 """Run-time control of ringzip groups: options, statistics, error-feedback state."""
 from __future__ import annotations
 
+import warnings
+
+import torch
+import torch.distributed as dist
+
 from ._registry import apply_options, backend_of, options_of
 from .options import Options
 
@@ -43,16 +48,88 @@ def stats(group=None, reset: bool = False) -> dict:
     return out
 
 
-def error_feedback_state(group=None) -> dict:
-    """This rank's error-feedback residuals, to store with a checkpoint.
-
-    Residuals are numbered by the order in which their tensors were first all-reduced, which
-    DDP keeps the same from run to run, so the state can be loaded into a fresh process."""
-    return {"version": 1, "residuals": [(slot, r) for slot, r in backend_of(group).error_feedback_state()]}
+STATE_VERSION = 2
 
 
-def load_error_feedback_state(group=None, state: dict | None = None) -> None:
-    """Restores residuals saved by :func:`error_feedback_state` (call before training resumes)."""
-    if state is None or state.get("version") != 1:
-        raise ValueError("ringzip.load_error_feedback_state: expected a dict from ringzip.error_feedback_state()")
-    backend_of(group).load_error_feedback_state([(int(s), r) for s, r in state["residuals"]])
+def _group_of(group, model):
+    return model.process_group if group is None and model is not None else group
+
+
+def error_feedback_state(group=None, model=None) -> dict:
+    """This rank's error-feedback state, to store with a checkpoint (each rank its own).
+
+    A plain dict (tensors, ints, lists), for ``torch.save`` or torch.distributed.checkpoint::
+
+        version      2
+        rank, world_size
+        calls        compressed calls so far on this group: the position of the
+                     stochastic-rounding / random-k RNG stream, which restarts there on load
+        residuals    [(slot, float32 tensor), ...]: every residual, slot = number of the
+                     compressed call that used it last, in that order
+        awaiting     slots of the residuals whose tensors were alive (DDP's buckets): after a
+                     load, the first new tensors of each size take them, in slot order
+        ddp          with ``model``: the DDP bucket layout of the step after this one
+
+    Residuals are not keyed by addresses or by first use (DDP rebuilds its buckets after the
+    first step of every process, so neither is the same from run to run): they are matched to
+    tensors by size and by the order of the calls. ``model`` (the DistributedDataParallel module
+    whose gradients this group reduces; ``group`` defaults to its process group) records the
+    bucket layout, so that :func:`load_error_feedback_state` can replay the first step after a
+    restart in it: the resumed run is then bit for bit the uninterrupted one (README,
+    "Observability and checkpoints")."""
+    from . import _resume
+
+    group = _group_of(group, model)
+    b = backend_of(group)
+    calls, residuals = b.error_feedback_state()
+    return {
+        "version": STATE_VERSION,
+        "rank": dist.get_rank(group),
+        "world_size": dist.get_world_size(group),
+        "calls": int(calls),
+        "residuals": [(int(slot), r) for slot, _, r in residuals],
+        "awaiting": [int(slot) for slot, bound, _ in residuals if bound],
+        "ddp": _resume.layout_of(model),
+    }
+
+
+def load_error_feedback_state(group=None, state: dict | None = None, model=None) -> None:
+    """Restores a state saved by :func:`error_feedback_state` on this rank (call it on every
+    rank, before the first step after the load; each rank loads its own state, all from the
+    same step).
+
+    With ``model`` (the DistributedDataParallel module, before its first step in this process;
+    ``group`` defaults to its process group) and a state saved with ``model``, the first
+    backward replays the bucket layout of the saving run through a DDP comm hook that stays
+    registered (it reduces as DDP does without one): DDP reduces the first step of every new
+    process in one bucket of all parameters, and compression is only reproducible on the same
+    buckets. Raises ValueError for a state of another version, rank or world size."""
+    from . import _resume
+
+    group = _group_of(group, model)
+    if not isinstance(state, dict) or "version" not in state:
+        raise ValueError("ringzip.load_error_feedback_state: expected the dict of ringzip.error_feedback_state()")
+    if state["version"] != STATE_VERSION:
+        raise ValueError(
+            f"ringzip.load_error_feedback_state: the state has version {state['version']}, this ringzip reads version "
+            f"{STATE_VERSION}. Version 1 states (ringzip <= 0.1.0) numbered residuals by first use, which a restarted "
+            "DDP does not reproduce, and did not hold the RNG position: they cannot resume exactly; start without "
+            "loading one (the residuals begin at zero)")
+    rank, size = dist.get_rank(group), dist.get_world_size(group)
+    if state["rank"] != rank or state["world_size"] != size:
+        raise ValueError(
+            f"ringzip.load_error_feedback_state: the state was saved by rank {state['rank']} of {state['world_size']}, "
+            f"this is rank {rank} of {size}: every rank loads the state it saved itself")
+    awaiting = set(state["awaiting"])
+    residuals = []
+    for slot, r in state["residuals"]:
+        if not isinstance(r, torch.Tensor) or not r.is_floating_point():
+            raise ValueError(f"ringzip.load_error_feedback_state: residual {slot} is not a float tensor")
+        residuals.append((int(slot), int(slot) in awaiting, r))
+    b = backend_of(group)
+    if model is not None:  # checks the model before anything changes
+        _resume.install(model, group, state["ddp"], b.release_error_feedback)
+    elif state["ddp"]["layout"] == _resume.REBUILT:
+        warnings.warn("ringzip.load_error_feedback_state: the state holds a DDP bucket layout but no model= was given: "
+                      "the first step after this load is not an exact replay", stacklevel=2)
+    b.load_error_feedback_state(int(state["calls"]), residuals)
