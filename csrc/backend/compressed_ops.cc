@@ -17,15 +17,14 @@ at::Tensor f32_work(const at::Tensor& t) {
   return t.to(at::kCPU, at::kFloat, false, /*copy=*/true).contiguous();
 }
 
-// What the mismatch check compares of the codec settings (backend/fingerprint.h), and the
-// call's RNG number: ranks that restored different error-feedback states would otherwise
-// draw different random-k indices.
-FpExtra codec_fingerprint(const CompressionConfig& cc, uint64_t call_number) {
+// What the mismatch check compares of the codec settings (backend/fingerprint.h). The call's
+// RNG number joins when the call starts (RingzipBackend::run_checked).
+FpExtra codec_fingerprint(const CompressionConfig& cc) {
   FpExtra e;
   e.codec = cc.codec;
   uint64_t h = 1469598103934665603ull;
   for (uint64_t v : {static_cast<uint64_t>(cc.bucket_size), static_cast<uint64_t>(cc.stochastic), cc.seed,
-                     static_cast<uint64_t>(cc.algorithm), static_cast<uint64_t>(cc.topk_block), call_number}) {
+                     static_cast<uint64_t>(cc.algorithm), static_cast<uint64_t>(cc.topk_block)}) {
     h = (h ^ v) * 1099511628211ull;
   }
   e.codec_hash = static_cast<uint32_t>(h ^ (h >> 32));
@@ -56,11 +55,12 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::maybe_compressed_allreduce(
   if (!compressible(cc, t, opts.reduceOp)) return {};
   const auto red = to_reduction(opts.reduceOp, to_dtype(t.scalar_type(), name), size_, name);
   const at::Tensor x = f32_work(t);
-  const Compression::Call which = comp_.begin_call(outputs.at(0), t.numel(), cc.feedback());
   const uint64_t in_bytes = t.nbytes();
+  const at::Tensor owner = outputs.at(0);
   return enqueue(c10d::OpType::ALLREDUCE, name, std::move(outputs), opts,
-                 [this, t, x, which, red, cc, in_bytes, after](Comm& c) {
+                 [this, t, x, owner, red, cc, in_bytes, after](Comm& c) {
                    const int n = c.size();
+                   const Compression::Call which = comp_.begin_call(owner, t.numel(), cc.feedback());
                    run_compressed(
                        c, comp_, cc, x, which, red, in_bytes, 2.0 * (n - 1) / n,
                        [&](const CompressedCall& call) { compressed_allreduce(c, x.data_ptr<float>(), x.numel(), call); },
@@ -69,7 +69,7 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::maybe_compressed_allreduce(
                          if (!x.is_same(t)) t.copy_(x);
                          if (after) after();
                        });
-                 }, 1, codec_fingerprint(cc, which.number));
+                 }, 1, codec_fingerprint(cc));
 }
 
 c10::intrusive_ptr<c10d::Work> RingzipBackend::maybe_compressed_reduce_scatter(
@@ -80,11 +80,11 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::maybe_compressed_reduce_scatter(
   const auto red = to_reduction(opts.reduceOp, to_dtype(out.scalar_type(), name), size_, name);
   // A fresh float32 copy: the reduction runs in place and the caller's input stays intact.
   const at::Tensor x = flat_in.to(at::kCPU, at::kFloat, false, /*copy=*/true).contiguous().view({-1});
-  const Compression::Call which = comp_.begin_call(identity, flat_in.numel(), cc.feedback());
   const uint64_t in_bytes = flat_in.nbytes();
   return enqueue(c10d::OpType::REDUCE_SCATTER, name, {out}, opts,
-                 [this, out, x, which, red, cc, in_bytes](Comm& c) {
+                 [this, out, x, identity, red, cc, in_bytes](Comm& c) {
                    const int n = c.size();
+                   const Compression::Call which = comp_.begin_call(identity, x.numel(), cc.feedback());
                    run_compressed(
                        c, comp_, cc, x, which, red, in_bytes, 1.0 * (n - 1) / n,
                        [&](const CompressedCall& call) { compressed_reduce_scatter(c, x.data_ptr<float>(), x.numel(), call); },
@@ -94,7 +94,7 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::maybe_compressed_reduce_scatter(
                          if (red.post != 1.0) mine.mul_(red.post);
                          out.copy_(mine.view(out.sizes()));
                        });
-                 }, 1, codec_fingerprint(cc, which.number));
+                 }, 1, codec_fingerprint(cc));
 }
 
 }  // namespace ringzip

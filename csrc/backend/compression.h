@@ -47,7 +47,8 @@ struct CodecStats {
 // Error-feedback residuals and the compressed-call counter of one group.
 //
 // Counter. Every compressed call takes the next number of the group's compressed-call
-// counter, on the caller's thread in call order (the same on every rank). The number keys the
+// counter when it starts, in the order the group runs calls (the same on every rank; CUDA
+// calls: in issue order). The number keys the
 // RNG of the call's codecs (Philox counter word c2: stochastic rounding, random-k selection),
 // so the stream depends only on how many compressed calls came before: exact collectives (DDP's
 // setup broadcasts, a checkpoint's own collectives) don't move it, and restoring the counter
@@ -77,6 +78,11 @@ class Compression {
   // Takes the next call number and, with `feedback`, the residual of `t` (numel floats on
   // `device`). `t` names the residual; the call may compress a copy of it.
   Call begin_call(const at::Tensor& t, int64_t numel, bool feedback, at::Device device = at::kCPU);
+  // The number the next begin_call takes.
+  uint64_t next_call_number() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return calls_;
+  }
   // The residuals of these tensors become awaiting (rule 1 above): the next new tensors of
   // their sizes take them, in order of last use. For calls made on stand-in tensors (the
   // first DDP step after a restart, replayed in the checkpointed bucket layout).

@@ -55,6 +55,10 @@ std::exception_ptr RingzipBackend::run_checked(Comm& c, const Body& body, Finger
     }
   }
   fp.seq = seq;
+  // Compressed calls take their RNG number when they start, in the order calls run (the same on
+  // every rank); ranks that restored different error-feedback states would draw different
+  // random-k indices, so the number joins the fingerprint.
+  if (fp.codec[0] != 0) fp.codec_hash = static_cast<uint32_t>(fp.codec_hash * 0x9E3779B1u ^ comp_.next_call_number());
   const bool watched = check != CheckMode::Off && watch_;
   if (check != CheckMode::Off) c.tag_key = fp.tag_key();
   if (watched) watch_->begin(fp);
