@@ -14,6 +14,17 @@ AllreduceAlgo parse_algorithm(const std::string& s) {
   RZ_CHECK_VALUE(false, "unknown algorithm '", s, "' (expected auto, ring, rd, direct or star)");
 }
 
+const char* algorithm_name(AllreduceAlgo a) {
+  switch (a) {
+    case AllreduceAlgo::Auto: return "auto";
+    case AllreduceAlgo::Ring: return "ring";
+    case AllreduceAlgo::RecursiveDoubling: return "rd";
+    case AllreduceAlgo::Direct: return "direct";
+    case AllreduceAlgo::Star: return "star";
+  }
+  return "?";
+}
+
 namespace {
 // The backend whose task (collective and completion) runs on this thread, if any.
 thread_local const RingzipBackend* tl_running = nullptr;
@@ -90,7 +101,7 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::submit(c10d::OpType type, const c
                                                       Body body, uint32_t nseq, const Fingerprint& fp) {
   const auto to = effective(timeout);
   auto work = c10::make_intrusive<CollectiveWork>(rank_, type, name, std::move(outputs), to);
-  Task task = [this, work, body = std::move(body), nseq, to, name, fp, check = cfg_.check]() -> Finish {
+  Task task = [this, work, body = std::move(body), nseq, to, name, fp, check = check_.load()]() -> Finish {
     const uint64_t seq = seq_.fetch_add(nseq);
     work->set_sequence_number(seq);
     Comm c{*net_, host_compute(), static_cast<uint32_t>(seq), std::chrono::steady_clock::now() + to,

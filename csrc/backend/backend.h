@@ -23,12 +23,11 @@ class CudaPath;  // backend/cuda_path.h (CUDA builds only)
 
 struct Config {
   std::chrono::milliseconds timeout{std::chrono::minutes(30)};
-  AllreduceAlgo algorithm = AllreduceAlgo::Auto;
   std::string group_name;
-  CheckMode check = CheckMode::Auto;  // mismatch check before each collective (fingerprint.h)
 };
 
 AllreduceAlgo parse_algorithm(const std::string& s);
+const char* algorithm_name(AllreduceAlgo a);
 
 class RingzipBackend final : public c10d::Backend {
  public:
@@ -90,12 +89,14 @@ class RingzipBackend final : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
 
   const Config& config() const { return cfg_; }
-  void set_algorithm(AllreduceAlgo a) { cfg_.algorithm = a; }
-  void set_check(CheckMode m) { cfg_.check = m; }
+  // Applies every setting or none: the codec is parsed and each value checked first, so a
+  // rejected change leaves the group as it was (set_options).
+  void configure(AllreduceAlgo algorithm, CheckMode check, CompressionConfig cc);
+  AllreduceAlgo algorithm() const { return algorithm_.load(); }
+  CheckMode check_mode() const { return check_.load(); }
   // Empty while the group is healthy; else why it is unusable (first failure).
   std::string broken_reason() const;
-  // Compression settings apply to collectives issued after the call (set_options).
-  void set_compression(CompressionConfig cc);
+  // Compression settings apply to collectives issued after configure() (set_options).
   CompressionConfig compression() const;
   Compression& compression_state() { return comp_; }
 
@@ -167,6 +168,8 @@ class RingzipBackend final : public c10d::Backend {
   Config cfg_;
   mutable std::mutex cfg_mu_;
   CompressionConfig comp_cfg_;
+  std::atomic<AllreduceAlgo> algorithm_{AllreduceAlgo::Auto};
+  std::atomic<CheckMode> check_{CheckMode::Auto};
   Compression comp_;
   std::atomic<uint64_t> seq_{0};
 

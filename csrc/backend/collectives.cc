@@ -48,7 +48,7 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::allreduce(std::vector<at::Tensor>
   if (auto w = maybe_compressed_allreduce(tensors[0], opts, "allreduce", tensors)) return w;
   auto red = to_reduction(opts.reduceOp, to_dtype(tensors[0].scalar_type(), "allreduce"), size_, "allreduce");
   auto s = Staged::in(tensors[0]);
-  auto algo = cfg_.algorithm;
+  auto algo = algorithm_.load();
   return enqueue(c10d::OpType::ALLREDUCE, "allreduce", tensors, opts, [s, red, algo](Comm& c) {
     run_allreduce(c, s.buf(), red, algo);
     s.finish();
@@ -81,7 +81,7 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::allreduce_coalesced(
     }
   };
   if (auto w = maybe_compressed_allreduce(flat, as_one, "allreduce_coalesced", tensors, copy_back)) return w;
-  auto algo = cfg_.algorithm;
+  auto algo = algorithm_.load();
   return enqueue(c10d::OpType::ALLREDUCE_COALESCED, "allreduce_coalesced", tensors, opts,
                  [flat, red, algo, copy_back](Comm& c) {
                    run_allreduce(c, buf_of(flat), red, algo);

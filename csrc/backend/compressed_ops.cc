@@ -34,13 +34,15 @@ FpExtra codec_fingerprint(const CompressionConfig& cc) {
 
 }  // namespace
 
-void RingzipBackend::set_compression(CompressionConfig cc) {
+void RingzipBackend::configure(AllreduceAlgo algorithm, CheckMode check, CompressionConfig cc) {
   cc.parsed = codec::parse(cc.codec, cc.bucket_size, cc.stochastic);  // throws on a bad codec string
   RZ_CHECK_VALUE(cc.bucket_size > 0, "bucket_size must be positive, got ", cc.bucket_size);
   RZ_CHECK_VALUE(cc.min_numel >= 0, "min_numel must be >= 0, got ", cc.min_numel);
   RZ_CHECK_VALUE(cc.topk_block >= 0, "topk_block must be >= 0, got ", cc.topk_block);
   std::lock_guard<std::mutex> lock(cfg_mu_);
   comp_cfg_ = std::move(cc);
+  algorithm_ = algorithm;
+  check_ = check;
 }
 
 CompressionConfig RingzipBackend::compression() const {

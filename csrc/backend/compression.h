@@ -25,7 +25,7 @@ struct CompressionConfig {
   CompressedAlgo algorithm = CompressedAlgo::Auto;
   int64_t topk_block = int64_t(1) << 20;  // top-k selects per block of this many elements; 0: whole tensor
 
-  // Parsed once when the settings change (RingzipBackend::set_compression), not per call.
+  // Parsed once when the settings change (RingzipBackend::configure), not per call.
   codec::Spec parsed;
   const codec::Spec& spec() const { return parsed; }
   bool enabled() const { return codec != "none"; }

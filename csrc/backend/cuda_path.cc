@@ -179,7 +179,7 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::cuda_allreduce(at::Tensor& t, con
           });
     });
   }
-  const auto algo = cfg_.algorithm;
+  const auto algo = algorithm_.load();
   return run_on_stream(*cuda_, rank_, c10d::OpType::ALLREDUCE, "allreduce", {t}, {t}, seq, timeout,
                        [&](Comm& c, CudaPath::Device& d) {
     at::Tensor w = t.is_contiguous() ? t : t.contiguous();

@@ -65,6 +65,10 @@ CheckMode parse_check(const std::string& s) {
   RZ_CHECK_VALUE(false, "unknown check mode '", s, "' (expected on, auto or off)");
 }
 
+const char* check_name(CheckMode m) {
+  return m == CheckMode::On ? "on" : m == CheckMode::Off ? "off" : "auto";
+}
+
 uint32_t Fingerprint::tag_key() const {
   Fingerprint f = *this;
   f.seq = 0;

@@ -23,6 +23,7 @@ namespace ringzip {
 // group usable afterwards.
 enum class CheckMode : uint8_t { Off, On, Auto };
 CheckMode parse_check(const std::string& s);  // "on" / "auto" / "off"
+const char* check_name(CheckMode m);
 
 struct Fingerprint {
   uint32_t magic = 0x525A4631;  // "RZF1"

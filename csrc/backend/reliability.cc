@@ -27,7 +27,7 @@ Fingerprint RingzipBackend::fingerprint(c10d::OpType type, const std::vector<at:
   Fingerprint fp;
   fp.type = static_cast<uint16_t>(type);
   fp.nseq = nseq;
-  fp.algo = static_cast<uint8_t>(cfg_.algorithm);
+  fp.algo = static_cast<uint8_t>(algorithm_.load());
   if (extra.sized_by) {
     fp.set_tensors({*extra.sized_by});
   } else {

@@ -46,24 +46,21 @@ namespace ringzip {
 void bind_backend(py::module_& m) {
   py::class_<RingzipBackend, c10d::Backend, NoGilPtr<RingzipBackend>>(m, "RingzipBackend")
       .def(py::init([](const c10::intrusive_ptr<c10d::Backend>& gloo, std::chrono::milliseconds timeout,
-                       const std::string& algorithm, const std::string& group_name) {
+                       const std::string& group_name) {
              Config cfg;
              cfg.timeout = timeout;
-             cfg.algorithm = parse_algorithm(algorithm);
              cfg.group_name = group_name;
              return c10::make_intrusive<RingzipBackend>(std::make_unique<GlooTransport>(gloo), cfg);
            }),
-           py::arg("gloo"), py::arg("timeout"), py::arg("algorithm") = "auto", py::arg("group_name") = "",
-           py::call_guard<py::gil_scoped_release>())
-      .def("set_algorithm", [](RingzipBackend& b, const std::string& a) { b.set_algorithm(parse_algorithm(a)); })
-      .def("set_check", [](RingzipBackend& b, const std::string& m) { b.set_check(parse_check(m)); })
+           py::arg("gloo"), py::arg("timeout"), py::arg("group_name"), py::call_guard<py::gil_scoped_release>())
       .def("enable_mismatch_watch", &RingzipBackend::enable_mismatch_watch, py::arg("store"),
            py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("broken_reason", &RingzipBackend::broken_reason)
-      .def("set_compression",
-           [](RingzipBackend& b, const std::string& codec, int64_t bucket_size, bool stochastic,
-              int64_t min_numel, std::optional<bool> error_feedback, uint64_t seed, const std::string& algorithm,
-              int64_t topk_block) {
+      // Every option at once (ringzip.set_options): all are parsed and checked before any applies.
+      .def("configure",
+           [](RingzipBackend& b, const std::string& algorithm, const std::string& check, const std::string& codec,
+              int64_t bucket_size, bool stochastic, int64_t min_numel, std::optional<bool> error_feedback,
+              uint64_t seed, const std::string& compressed_algorithm, int64_t topk_block) {
              CompressionConfig cc;
              cc.codec = codec;
              cc.bucket_size = bucket_size;
@@ -73,14 +70,32 @@ void bind_backend(py::module_& m) {
              cc.seed = seed;
              cc.topk_block = topk_block;
              try {
-               cc.algorithm = parse_compressed_algo(algorithm);
-               b.set_compression(cc);
+               cc.algorithm = parse_compressed_algo(compressed_algorithm);
+               b.configure(parse_algorithm(algorithm), parse_check(check), std::move(cc));
              } catch (const std::invalid_argument& e) {
                throw py::value_error(std::string("ringzip: ") + e.what());
              }
            },
-           py::arg("codec"), py::arg("bucket_size"), py::arg("stochastic"), py::arg("min_numel"),
-           py::arg("error_feedback"), py::arg("seed"), py::arg("algorithm"), py::arg("topk_block") = int64_t(1) << 20)
+           py::arg("algorithm"), py::arg("check"), py::arg("codec"), py::arg("bucket_size"), py::arg("stochastic"),
+           py::arg("min_numel"), py::arg("error_feedback"), py::arg("seed"), py::arg("compressed_algorithm"),
+           py::arg("topk_block"))
+      // What the C++ side applies (tests read it to see that a rejected change left it as it was).
+      .def("settings",
+           [](const RingzipBackend& b) {
+             const CompressionConfig cc = b.compression();
+             py::dict d;
+             d["algorithm"] = algorithm_name(b.algorithm());
+             d["check"] = check_name(b.check_mode());
+             d["codec"] = cc.codec;
+             d["bucket_size"] = cc.bucket_size;
+             d["stochastic"] = cc.stochastic;
+             d["min_numel"] = cc.min_numel;
+             d["error_feedback"] = cc.error_feedback;
+             d["seed"] = cc.seed;
+             d["compressed_algorithm"] = std::string(compressed_algo_name(cc.algorithm));
+             d["topk_block"] = cc.topk_block;
+             return d;
+           })
       .def("compression_feedback", [](const RingzipBackend& b) { return b.compression().feedback(); })
       .def("stats",
            [](RingzipBackend& b) {

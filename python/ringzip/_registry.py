@@ -16,16 +16,17 @@ _options: "dict[int, Options]" = {}
 
 
 def apply_options(backend: "_C.RingzipBackend", opts: Options) -> None:
-    backend.set_algorithm(dense_algorithm(opts.algorithm))
-    backend.set_check(opts.check)
-    backend.set_compression(
+    """Applies every field or none: the C++ side checks them all before it changes anything."""
+    backend.configure(
+        algorithm=dense_algorithm(opts.algorithm),
+        check=opts.check,
         codec=opts.codec,
         bucket_size=opts.bucket_size,
         stochastic=opts.rounding == "stochastic",
         min_numel=opts.min_numel,
         error_feedback=opts.error_feedback,
         seed=opts.seed,
-        algorithm=compressed_algorithm(opts.algorithm),
+        compressed_algorithm=compressed_algorithm(opts.algorithm),
         topk_block=opts.topk_block,
     )
     _options[backend.identity] = opts
@@ -42,7 +43,7 @@ def create_backend(dist_opts, pg_options):
     # The transport gets its own corner of the group's store, so it never meets other backends' keys.
     store = PrefixStore("ringzip/transport/", dist_opts.store)
     gloo = dist.ProcessGroupGloo(store, dist_opts.group_rank, dist_opts.group_size, timeout)
-    backend = _C.RingzipBackend(gloo, timeout, dense_algorithm(opts.algorithm), str(dist_opts.group_id))
+    backend = _C.RingzipBackend(gloo, timeout, str(dist_opts.group_id))
     apply_options(backend, opts)
     backend.enable_mismatch_watch(PrefixStore("ringzip/watch/", dist_opts.store))
     _maybe_enable_cuda(backend, dist_opts.store, opts)

@@ -195,9 +195,13 @@ def section_set_options(t, g, ref):
         assert got == {"q8": 2, "topk:0.01": 1, "none": 0}, f"stats calls per codec {got}"
     with chk.case("set_options/bad_value_keeps_old"):
         before = ringzip.get_options(g)
+        applied = ringzip.backend_of(g).settings()  # what the C++ side runs with
         accepted = []
+        # a valid field next to a bad one must not be applied either (issue 11.6: algorithm and
+        # check were applied before the codec was rejected)
         for bad in (dict(codec="q3"), dict(algorithm="tree"), dict(rounding="up"), dict(codec="topk:0"),
-                    dict(topk_block=-1)):
+                    dict(topk_block=-1), dict(algorithm="rd", codec="q3"), dict(check="on", codec="q3"),
+                    dict(algorithm="ring", codec="topk:2")):
             try:
                 ringzip.set_options(group=g, **bad)
             except (ValueError, TypeError, RuntimeError):
@@ -210,6 +214,8 @@ def section_set_options(t, g, ref):
         dist.all_reduce(d, group=g)
         assert not accepted, f"set_options accepted {accepted}"
         assert after == before, "a rejected set_options changed the options"
+        assert ringzip.backend_of(g).settings() == applied, (
+            f"a rejected set_options changed the C++ settings: {applied} -> {ringzip.backend_of(g).settings()}")
         check_within(d, S, ring_bound("q8", xs64), "q8 ring after rejected set_options")
 
 
