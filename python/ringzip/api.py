@@ -28,8 +28,10 @@ def get_options(group=None) -> Options:
 def stats(group=None, reset: bool = False) -> dict:
     """Per-codec counters of this rank: calls, bytes_in (caller's tensor bytes), bytes_wire
     (bytes this rank sent), ratio (what an exact ring all-reduce would have sent / bytes_wire),
-    codec_seconds and transport_seconds (the rest of the time in compressed calls), and the
-    error-feedback memory in ``residual_bytes``."""
+    codec_seconds and transport_seconds (the rest of the time in compressed calls), for codec
+    fp16 ``overflows`` (calls whose result held Inf/NaN although this rank's input was finite:
+    fp16 carries magnitudes up to 65504 only), and the error-feedback memory in
+    ``residual_bytes``."""
     b = backend_of(group)
     out = {}
     for codec, s in b.stats().items():
