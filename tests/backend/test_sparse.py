@@ -8,8 +8,10 @@ compared bitwise with gloo's on random-normal values (whose sums depend on the o
 One launch per world size runs every case: different nnz per rank, an empty tensor on one rank
 and on all, duplicate indices in the input (uncoalesced), float32/float64/int64 values, 1-D and
 2-D values, two sparse dims, a large tensor (several ring segments), async calls with the
-future's value, non-SUM ops (a clear ValueError, group still usable), and DDP training with
-nn.Embedding(sparse=True) plus a dense layer against the same DDP over gloo.
+future's value, non-SUM ops (a clear ValueError, group still usable), DDP training with
+nn.Embedding(sparse=True) plus a dense layer against the same DDP over gloo, and tensors of
+different sizes on the ranks (check="on": the mismatch check, group usable; check="off": the
+same ValueError from the sparse algorithm's header exchange on every rank).
 """
 from __future__ import annotations
 
@@ -145,12 +147,38 @@ def sparse_matrix(ctx, backend):
             torch.testing.assert_close(p, q, rtol=1e-6, atol=1e-7, msg=lambda m: f"{n} ringzip vs gloo: {m}")
         for r, t in enumerate(gathered):
             assert torch.equal(t, gathered[0]), f"rank {r}'s parameters differ from rank 0's"
+    import ringzip
+
+    with chk.case("mismatch/checked"):
+        # check="on": the fingerprint exchange sees the different sizes before any data moves
+        g = dist.new_group(backend="ringzip", pg_options=ringzip.Options(check="on"))
+        x = _sparse("mm", rank, (10 + rank, 2), 1, 3, torch.float32)
+        try:
+            dist.all_reduce(x, group=g)
+        except RuntimeError as e:
+            assert "mismatch" in str(e), str(e)
+        else:
+            raise AssertionError("different sizes on the ranks did not raise")
+        t = torch.ones(3)
+        dist.all_reduce(t, group=g)
+        same(t, torch.full((3,), float(ws)), "all_reduce after the mismatch (group stays usable)")
+    with chk.case("mismatch/unchecked"):
+        # check="off": the header exchange of the sparse algorithm finds it; every rank raises
+        g = dist.new_group(backend="ringzip", pg_options=ringzip.Options(check="off"))
+        x = _sparse("mm", rank, (10, 2 + rank), 1, 3, torch.float32)
+        try:
+            dist.all_reduce(x, group=g)
+        except ValueError as e:
+            assert "sparse tensors differ" in str(e) and "rank 0 has" in str(e), str(e)
+        else:
+            raise AssertionError("different sizes on the ranks did not raise")
     dist.destroy_process_group()
     return chk.result()
 
 
 SECTIONS = [f"all_reduce/{n}" for n in _cases(2)] + ["all_reduce/blocking_call", "non_sum/AVG", "non_sum/MAX",
-                                                     "non_sum/PRODUCT", "ddp/embedding_sparse"]
+                                                     "non_sum/PRODUCT", "ddp/embedding_sparse", "mismatch/checked",
+                                                     "mismatch/unchecked"]
 _LAUNCHES: dict = {}
 
 
