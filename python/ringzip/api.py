@@ -12,6 +12,12 @@ def set_options(group=None, **fields) -> Options:
 
         ringzip.set_options(codec="none")   # first epoch exact
         ringzip.set_options(codec="q4")     # then compressed
+
+    It is also how to configure ringzip in a group whose backend string names NCCL too
+    (``"cpu:ringzip,cuda:nccl"``): torch passes ``pg_options`` to every backend of the string and
+    NCCL rejects ringzip.Options, so create the group without them and call this right after.
+    ``timeout`` and ``transport`` are fixed at creation (``init_process_group(timeout=...)``,
+    RINGZIP_TRANSPORT).
     """
     for fixed in ("timeout", "transport"):
         if fixed in fields:
