@@ -47,6 +47,8 @@ class RingzipBackend final : public c10d::Backend {
                                            const c10d::BroadcastOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
                                            const c10d::AllreduceOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allreduce_sparse(std::vector<at::Tensor>& tensors,
+                                                  const c10d::AllreduceOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> allreduce_coalesced(
       std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors,

@@ -4,6 +4,7 @@
 #include <numeric>
 
 #include "backend/backend.h"
+#include "backend/sparse.h"
 #include "backend/tensors.h"
 #include "collective/reduce.h"
 #include "common/check.h"
@@ -41,6 +42,11 @@ void check_list(const std::vector<at::Tensor>& list, const at::Tensor& like, siz
 
 c10::intrusive_ptr<c10d::Work> RingzipBackend::allreduce(std::vector<at::Tensor>& tensors,
                                                          const c10d::AllreduceOptions& opts) {
+  if (is_sparse_call(tensors)) {  // COO: allgather of indices and values, gloo's semantics (sparse.h)
+    check_sparse_allreduce(tensors, opts);
+    return enqueue(c10d::OpType::_ALLREDUCE_SPARSE, "allreduce (sparse)", tensors, opts,
+                   sparse_allreduce_body(tensors[0]));
+  }
   check_single(tensors, "allreduce");
 #ifdef RINGZIP_WITH_CUDA
   if (use_cuda(tensors[0])) return cuda_allreduce(tensors[0], opts);
@@ -53,6 +59,12 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::allreduce(std::vector<at::Tensor>
     run_allreduce(c, s.buf(), red, algo);
     s.finish();
   });
+}
+
+// torch sends sparse CUDA tensors here (sparse CPU ones to allreduce); like gloo, one path.
+c10::intrusive_ptr<c10d::Work> RingzipBackend::allreduce_sparse(std::vector<at::Tensor>& tensors,
+                                                                const c10d::AllreduceOptions& opts) {
+  return allreduce(tensors, opts);
 }
 
 c10::intrusive_ptr<c10d::Work> RingzipBackend::allreduce_coalesced(

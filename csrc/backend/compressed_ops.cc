@@ -32,6 +32,32 @@ FpExtra codec_fingerprint(const CompressionConfig& cc) {
 }
 
 
+// fp16 on the wire holds magnitudes up to 65504: larger values, or sums of values, become inf
+// (the cast does not scale). When this rank's input was finite and the result is not, count the
+// call and warn once per process. Two scans of the host buffers, on fp16 calls only; the CUDA
+// path does not check (a device scan would need a host synchronization per call).
+class Fp16Watch {
+ public:
+  Fp16Watch(const CompressionConfig& cc, const at::Tensor& x)
+      : on_(cc.spec().kind == codec::Kind::Fp16), in_finite_(on_ && codec::all_finite(x.data_ptr<float>(), x.numel())) {}
+  void after(Compression& comp, const CompressionConfig& cc, const at::Tensor& out) const {
+    if (!in_finite_ || codec::all_finite(out.data_ptr<float>(), out.numel())) return;
+    CodecStats d;
+    d.overflows = 1;
+    comp.record(cc.codec, d);
+    TORCH_WARN_ONCE(
+        "ringzip: codec fp16: a compressed call on finite input returned Inf/NaN. fp16 on the wire holds "
+        "magnitudes up to 65504 and ringzip does not scale it, so larger values or sums became inf (unless "
+        "another rank's input already held Inf/NaN, e.g. an AMP overflow step). Use codec 'bf16' (float32's "
+        "range) or a q-codec (per-bucket scales), or scale the values down. ringzip.stats()['fp16']['overflows'] "
+        "counts such calls; this warning is shown once per process.");
+  }
+
+ private:
+  bool on_;
+  bool in_finite_;
+};
+
 }  // namespace
 
 void RingzipBackend::configure(AllreduceAlgo algorithm, CheckMode check, CompressionConfig cc) {
@@ -63,10 +89,12 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::maybe_compressed_allreduce(
                  [this, t, x, owner, red, cc, in_bytes, after](Comm& c) {
                    const int n = c.size();
                    const Compression::Call which = comp_.begin_call(owner, t.numel(), cc.feedback());
+                   const Fp16Watch fp16(cc, x);
                    run_compressed(
                        c, comp_, cc, x, which, red, in_bytes, 2.0 * (n - 1) / n,
                        [&](const CompressedCall& call) { compressed_allreduce(c, x.data_ptr<float>(), x.numel(), call); },
                        [&] {
+                         fp16.after(comp_, cc, x);
                          if (red.post != 1.0) x.mul_(red.post);
                          if (!x.is_same(t)) t.copy_(x);
                          if (after) after();
@@ -87,12 +115,14 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::maybe_compressed_reduce_scatter(
                  [this, out, x, identity, red, cc, in_bytes](Comm& c) {
                    const int n = c.size();
                    const Compression::Call which = comp_.begin_call(identity, x.numel(), cc.feedback());
+                   const Fp16Watch fp16(cc, x);
                    run_compressed(
                        c, comp_, cc, x, which, red, in_bytes, 1.0 * (n - 1) / n,
                        [&](const CompressedCall& call) { compressed_reduce_scatter(c, x.data_ptr<float>(), x.numel(), call); },
                        [&] {
                          const int64_t part = out.numel();
                          auto mine = x.narrow(0, part * c.rank(), part);
+                         fp16.after(comp_, cc, mine);
                          if (red.post != 1.0) mine.mul_(red.post);
                          out.copy_(mine.view(out.sizes()));
                        });

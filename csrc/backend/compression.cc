@@ -76,6 +76,7 @@ void Compression::record(const std::string& codec, const CodecStats& d) {
   s.bytes_dense_equiv += d.bytes_dense_equiv;
   s.codec_seconds += d.codec_seconds;
   s.total_seconds += d.total_seconds;
+  s.overflows += d.overflows;
 }
 
 std::map<std::string, CodecStats> Compression::stats() const {

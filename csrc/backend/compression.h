@@ -42,6 +42,10 @@ struct CodecStats {
   uint64_t bytes_dense_equiv = 0; // what an exact ring all-reduce would have sent
   double codec_seconds = 0;
   double total_seconds = 0;
+  // fp16 (host path): calls whose result held Inf/NaN although this rank's input was finite --
+  // values or sums beyond fp16's largest finite 65504 became inf on the wire (or another rank's
+  // input already held Inf/NaN, e.g. an AMP overflow step).
+  uint64_t overflows = 0;
 };
 
 // Error-feedback residuals and the compressed-call counter of one group.

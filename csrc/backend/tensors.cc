@@ -83,7 +83,7 @@ void check_single(const std::vector<at::Tensor>& ts, const char* op) {
   RZ_CHECK_VALUE(t.defined(), op, ": tensor is undefined");
   RZ_CHECK_TYPE(t.device().is_cpu() || t.device().is_cuda(), op,
                 ": tensors must be on cpu or cuda, got ", t.device());
-  RZ_CHECK_TYPE(t.layout() == at::kStrided, op, ": sparse tensors are not supported");
+  RZ_CHECK_TYPE(t.layout() == at::kStrided, op, ": sparse tensors are not supported (only all_reduce with SUM takes sparse COO tensors)");
   to_dtype(t.scalar_type(), op);
 }
 

@@ -108,6 +108,7 @@ void bind_backend(py::module_& m) {
                d["bytes_dense_equiv"] = s.bytes_dense_equiv;
                d["codec_seconds"] = s.codec_seconds;
                d["total_seconds"] = s.total_seconds;
+               if (name == "fp16") d["overflows"] = s.overflows;
                out[py::str(name)] = d;
              }
              return out;

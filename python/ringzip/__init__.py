@@ -3,7 +3,9 @@
 ``import ringzip`` registers the backend ``ringzip``; then
 ``torch.distributed.init_process_group("ringzip")`` (or ``"cpu:ringzip,cuda:nccl"``, ...).
 Compression is configured with ``pg_options=ringzip.Options(codec="q4")``, RINGZIP_*
-environment variables, or ``ringzip.set_options(codec=...)`` at run time.
+environment variables, or ``ringzip.set_options(codec=...)`` at run time. With NCCL in a mixed
+backend string, leave pg_options out (torch hands them to NCCL too) and call set_options after
+init_process_group.
 """
 import torch  # noqa: F401  (loads libtorch before our extension)
 

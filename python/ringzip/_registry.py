@@ -1,6 +1,7 @@
 """Creates ringzip backends for torch.distributed and finds them again per group."""
 from __future__ import annotations
 
+import sys
 from datetime import timedelta
 
 import torch
@@ -32,11 +33,66 @@ def apply_options(backend: "_C.RingzipBackend", opts: Options) -> None:
     _options[backend.identity] = opts
 
 
+# Backends known to ignore a pg_options object that is not theirs. torch has no per-backend
+# options: it hands the one pg_options object to the creator of every backend in a string such
+# as "cpu:ringzip,cuda:nccl", and NCCL's creator rejects anything but ProcessGroupNCCL.Options.
+_IGNORE_FOREIGN_OPTIONS = frozenset({"ringzip", "gloo", "mpi", "ucc", "xccl", "fake"})
+
+MIXED_OPTIONS_RECIPE = (
+    "create the group without pg_options and call ringzip.set_options(...) right after "
+    "init_process_group / new_group (or set RINGZIP_* environment variables before it)"
+)
+
+
+def _group_backends() -> "dict[str, str] | None":
+    """Device -> backend of the group torch is creating right now, read from torch's
+    ``_new_process_group_helper`` frame (its ``backend_config``, torch 2.0 through 2.14);
+    None when it cannot be found, and then nothing depends on it."""
+    f = sys._getframe(1)  # noqa: SLF001
+    for _ in range(12):
+        if f is None:
+            return None
+        if f.f_code.co_name == "_new_process_group_helper":
+            try:
+                mapping = f.f_locals["backend_config"].get_device_backend_map()
+                return {str(d): str(b).lower() for d, b in mapping.items()}
+            except Exception:  # noqa: BLE001  (a future torch may name things differently)
+                return None
+        f = f.f_back
+    return None
+
+
+def _resolve_pg_options(pg_options) -> "Options | None":
+    """The ringzip.Options this backend uses out of what torch passed as pg_options.
+
+    In a mixed backend string torch gives every backend the same object: options of another
+    backend (e.g. ProcessGroupNCCL.Options) are left to it, and ringzip.Options next to a backend
+    that would reject them raise here, before that backend fails with a message about its own
+    options class."""
+    if pg_options is None:
+        return None
+    backends = _group_backends()
+    others = sorted({b for b in (backends or {}).values() if b != "ringzip"})
+    if isinstance(pg_options, Options):
+        picky = [b for b in others if b not in _IGNORE_FOREIGN_OPTIONS]
+        if picky:
+            spec = ",".join(f"{d}:{b}" for d, b in backends.items())
+            raise ValueError(
+                f"ringzip: pg_options=ringzip.Options(...) cannot be used with the backend string "
+                f"{spec!r}: torch passes the same pg_options to every backend of the group, and "
+                f"{', '.join(picky)} accepts only its own options class. Instead, {MIXED_OPTIONS_RECIPE}."
+            )
+        return pg_options
+    if others:
+        return None  # another backend's options (e.g. ProcessGroupNCCL.Options): theirs, not ours
+    raise TypeError(
+        f"ringzip: pg_options must be ringzip.Options, got {type(pg_options).__name__}"
+    )
+
+
 def create_backend(dist_opts, pg_options):
     """The creator torch calls (extended API): ringzip's c10d Backend for one group."""
-    if pg_options is not None and not isinstance(pg_options, Options):
-        raise TypeError(f"ringzip: pg_options must be ringzip.Options, got {type(pg_options).__name__}")
-    opts = Options.from_env(pg_options)
+    opts = Options.from_env(_resolve_pg_options(pg_options))
     timeout = opts.timeout if opts.timeout is not None else dist_opts.timeout
     if not isinstance(timeout, timedelta):
         timeout = timedelta(seconds=float(timeout))

@@ -17,6 +17,12 @@ def set_options(group=None, **fields) -> Options:
 
         ringzip.set_options(codec="none")   # first epoch exact
         ringzip.set_options(codec="q4")     # then compressed
+
+    It is also how to configure ringzip in a group whose backend string names NCCL too
+    (``"cpu:ringzip,cuda:nccl"``): torch passes ``pg_options`` to every backend of the string and
+    NCCL rejects ringzip.Options, so create the group without them and call this right after.
+    ``timeout`` and ``transport`` are fixed at creation (``init_process_group(timeout=...)``,
+    RINGZIP_TRANSPORT).
     """
     for fixed in ("timeout", "transport"):
         if fixed in fields:
@@ -33,8 +39,10 @@ def get_options(group=None) -> Options:
 def stats(group=None, reset: bool = False) -> dict:
     """Per-codec counters of this rank: calls, bytes_in (caller's tensor bytes), bytes_wire
     (bytes this rank sent), ratio (what an exact ring all-reduce would have sent / bytes_wire),
-    codec_seconds and transport_seconds (the rest of the time in compressed calls), and the
-    error-feedback memory in ``residual_bytes``."""
+    codec_seconds and transport_seconds (the rest of the time in compressed calls), for codec
+    fp16 ``overflows`` (calls whose result held Inf/NaN although this rank's input was finite:
+    fp16 carries magnitudes up to 65504 only), and the error-feedback memory in
+    ``residual_bytes``."""
     b = backend_of(group)
     out = {}
     for codec, s in b.stats().items():
