@@ -206,7 +206,7 @@ def run(
                     res = pickle.load(f)
             if rank in hung:
                 problems.append(
-                    f"--- rank {rank}: HUNG (killed: {'grace period after another rank failed' if first_failure else f'no progress for {stall:.0f}s or {timeout:.0f}s launch timeout'}); "
+                    f"--- rank {rank}: HUNG (killed: {'grace period after another rank failed' if first_failure else (f'no progress for {stall:.0f}s or ' if stall is not None else '') + f'{timeout:.0f}s launch timeout'}); "
                     f"last progress: {_read(os.path.join(tmp, f'progress{rank}')) or '<none>'}\n{_tail(logs[rank])}"
                 )
             elif res is None:
