@@ -90,7 +90,7 @@ def compressed_cases():
                                                + ("-ef" if ef else ""))
 
 
-@functools.lru_cache(maxsize=8)
+@functools.lru_cache(maxsize=2)
 def reference_allreduce(n, codec, algo, size, ef, bucket=512, stochastic=True, topk_block=1 << 20, seed=None,
                         rng_seq=None, seq=None):
     key = (n, size, int(ef), bucket, int(stochastic), topk_block)
@@ -207,7 +207,7 @@ RS_OTHER_PARTS = ("grouped reduce-scatter with error feedback adds the residual 
                   "not as the input (compressed.h: 'Other parts are left as they were'; eager keeps them)")
 
 
-@functools.lru_cache(maxsize=4)
+@functools.lru_cache(maxsize=2)
 def reference_reduce_scatter(n, codec, size, ef, bucket=512):
     key = (n, size, int(ef), bucket, 2)
     xs = gen(case_seed(*key), n, size)
@@ -285,7 +285,7 @@ def dense_inputs(key, n, count, dtype=torch.float32, op="sum"):
         return [torch.rand(count, generator=g) < 0.5 for _ in range(n)]
     if not dtype.is_floating_point:
         info = torch.iinfo(dtype)
-        lo, hi = (-3, 4) if op == "prod" else (max(info.min, -1000), min(info.max, 1000))
+        lo, hi = (max(info.min, -3), 4) if op == "prod" else (max(info.min, -1000), min(info.max, 1000))
         return [torch.randint(lo, hi, (count,), generator=g, dtype=dtype) for _ in range(n)]
     if op == "prod":
         return [(1 + 0.1 * torch.randn(count, generator=g)).to(dtype) for _ in range(n)]
@@ -328,6 +328,26 @@ def test_dense_dtypes_and_ops(mode, n, algo, dtype, op):
     xs = dense_inputs((n, 5, DTYPE_OPS.index((dtype, op))), n, 777, dtype, op)
     same(L.collective("allreduce", xs, mode=mode, algorithm=algo, reduce_op=op, seq=1),
          RC.allreduce(xs, op, algo, 1), f"{algo} all-reduce {dtype} {op}, {n} ranks, {mode}")
+
+
+ALL_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int8, torch.uint8, torch.int32,
+              torch.int64, torch.bool)
+BITWISE = ("band", "bor", "bxor")
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("dtype", ALL_DTYPES, ids=[str(d)[6:] for d in ALL_DTYPES])
+def test_dense_every_dtype_and_op(mode, dtype):
+    # every reduce_into kernel (collective/reduce.cc) once, in the ring's order; bitwise ops on
+    # floating dtypes are refused on every rank
+    for op in ("sum", "prod", "min", "max") + BITWISE:
+        xs = dense_inputs((ALL_DTYPES.index(dtype), len(op)), 3, 7, dtype, op)
+        if dtype.is_floating_point and op in BITWISE:
+            with pytest.raises(RuntimeError, match=f"reduce op {op.upper()} needs an integer or bool dtype"):
+                L.collective("allreduce", xs, mode=mode, algorithm="ring", reduce_op=op)
+            continue
+        same(L.collective("allreduce", xs, mode=mode, algorithm="ring", reduce_op=op), RC.allreduce(xs, op, "ring"),
+             f"ring all-reduce {dtype} {op}, {mode}")
 
 
 def uneven_parts(n, count):

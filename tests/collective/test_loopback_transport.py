@@ -1,6 +1,7 @@
 """The in-process loopback transport (csrc/transport/loopback/) through raw transport calls:
 eager (Gloo-like) matching by (peer, tag), grouped (NCCL-like) matching by posting order and
 stream-ordered groups, deadlock and timeout reports, size checks, abort, close."""
+import re
 import time
 
 import pytest
@@ -130,3 +131,23 @@ def test_failures_come_back_from_the_collectives_too():
         L.collective("alltoall", [torch.zeros(3), torch.zeros(3)], splits=[[1, 2], [2, 1], [0, 0]])
     with pytest.raises(ValueError, match="unknown mode"):
         L.collective("barrier", [torch.zeros(1)], mode="nccl")
+
+
+@pytest.mark.parametrize("mode", ["eager", "grouped"])
+@pytest.mark.parametrize("algo", ["star", "ring", "rd"])
+def test_a_collective_of_mismatched_sizes_fails_on_every_rank_at_once(mode, algo):
+    xs = [torch.ones(10), torch.ones(12), torch.ones(10)]  # rank 1 disagrees
+    t0 = time.monotonic()
+    with pytest.raises(RuntimeError) as e:
+        L.collective("allreduce", xs, mode=mode, algorithm=algo)
+    assert time.monotonic() - t0 < 5
+    msg = str(e.value)
+    assert re.search(r"rank \d sends \d+ bytes .* takes \d+ bytes", msg), msg
+    assert "ringzip allreduce (seq 0, rank" in msg, msg  # Comm::fail names the call
+
+
+def test_reduce_op_errors_reach_the_caller():
+    with pytest.raises(RuntimeError, match="needs an integer or bool dtype"):
+        L.collective("allreduce", [torch.ones(3)] * 2, reduce_op="band", algorithm="direct")
+    with pytest.raises(ValueError, match="unknown compressed algorithm"):
+        L.compressed("allreduce", [torch.ones(3)] * 2, "q8", algorithm="tree")
