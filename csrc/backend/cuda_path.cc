@@ -156,7 +156,7 @@ CudaDevice& CudaPath::device(c10::DeviceIndex index, std::chrono::milliseconds t
   for (int j = 0; j < size_; ++j) joined.push_back(key + "/joined/" + std::to_string(j));
   try {
     store_->wait(joined, timeout);
-  } catch (const std::exception& e) {
+  } catch (const std::exception&) {
     std::ostringstream missing;
     try {
       for (int j = 0; j < size_; ++j)
@@ -166,14 +166,14 @@ CudaDevice& CudaPath::device(c10::DeviceIndex index, std::chrono::milliseconds t
     }
     TORCH_CHECK_WITH(DistBackendError, false, "ringzip ", op, " (rank ", rank_, " of ", size_,
                      "): creating the NCCL communicator for cuda:", int(index), " timed out after ", timeout.count(),
-                     " ms: rank(s)", missing.str(), " made no CUDA call on this group (", e.what(), ")");
+                     " ms: rank(s)", missing.str(), " made no CUDA call on this group");
   }
   std::shared_ptr<NcclComm> comm;
   try {
     comm = std::make_shared<NcclComm>(store_, key, rank_, size_, index);
-  } catch (const std::exception& e) {
+  } catch (const c10::Error& e) {
     TORCH_CHECK_WITH(DistBackendError, false, "ringzip: could not create the NCCL communicator on cuda:", int(index),
-                     " (NCCL ", nccl_runtime_version(), "): ", e.what(),
+                     " (NCCL ", nccl_runtime_version(), "): ", e.what_without_backtrace(),
                      ". Several ranks on one GPU need NCCL >= 2.30 with NCCL_MULTI_RANK_GPU_ENABLE=1; "
                      "RINGZIP_TRANSPORT=gloo stages CUDA tensors through the host instead.");
   }

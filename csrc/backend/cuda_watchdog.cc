@@ -28,6 +28,12 @@ std::exception_ptr dist_error(const std::string& msg) {
   return nullptr;
 }
 
+// An exception's message without torch's C++ backtrace.
+std::string brief(const std::exception& e) {
+  if (const auto* c = dynamic_cast<const c10::Error*>(&e)) return c->what_without_backtrace();
+  return e.what();
+}
+
 }  // namespace
 
 void CudaPath::track(c10::intrusive_ptr<CudaWork> work, std::shared_ptr<NcclComm> comm, bool diagnosable) {
@@ -63,7 +69,7 @@ void CudaPath::watch() {
         ended = w.ended();
         started = ended || w.started();
       } catch (const std::exception& e) {  // a kernel failed: the CUDA context is broken
-        failure = "ringzip: " + w.describe() + " failed on the device: " + e.what();
+        failure = "ringzip: " + w.describe() + " failed on the device: " + brief(e);
         culprit = it->work;
         break;
       }
@@ -106,7 +112,7 @@ void CudaPath::watch() {
       } catch (const std::exception& e) {
         failure = std::string("ringzip: NCCL reported an error on group '") + group_ + "' (rank " +
                   std::to_string(rank_) + " of " + std::to_string(size_) + ", cuda:" + std::to_string(comm->device()) +
-                  "): " + e.what() + ". The communicator was aborted and the group is unusable";
+                  "): " + brief(e) + ". The communicator was aborted and the group is unusable";
       }
     }
     if (culprit) culprit->done(dist_error(failure));
