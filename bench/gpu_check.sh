@@ -32,7 +32,7 @@ part env 60 bash -c "nvidia-smi --query-gpu=name,driver_version,memory.total --f
 export RINGZIP_CUDA_ARCHS=${RINGZIP_CUDA_ARCHS:-90}
 if part build 330 env PYTHON="$PY" JOBS="${JOBS:-$(nproc)}" tools/dev_build.sh; then
   part import 60 env PYTHONPATH=python "$PY" -c "import ringzip, torch; print('cuda module:', hasattr(ringzip._C, 'cuda')); print('nccl', ringzip._C.cuda.nccl_version())"
-  part tests 240 env PYTHONPATH=python "$PY" -m pytest -q -rs -m cuda tests/cuda -p no:cacheprovider --junitxml="$OUT/tests.xml"
+  part tests 420 env PYTHONPATH=python "$PY" -m pytest -q -rs -m cuda tests/cuda -p no:cacheprovider --junitxml="$OUT/tests.xml"
   part kernels 150 env PYTHONPATH=python "$PY" bench/gpu_kernels.py --json "$OUT/kernels.json"
 else
   echo "build failed: skipping tests and benchmarks"

@@ -1,5 +1,7 @@
 #include "backend/backend.h"
 
+#include <optional>
+
 #include "backend/tensors.h"
 #include "common/check.h"
 
@@ -53,6 +55,9 @@ void RingzipBackend::shutdown() {
   } else if (worker_.joinable()) {
     worker_.join();
   }
+#ifdef RINGZIP_WITH_CUDA
+  if (cuda_) shutdown_cuda();  // its watchdog asks the mismatch watch: joined first
+#endif
   stop_watchdog();
   net_->close();  // threads and sockets go now, even while Python still holds the group
 }
@@ -95,6 +100,13 @@ std::chrono::milliseconds RingzipBackend::effective(std::chrono::milliseconds t)
   return t == c10d::kUnsetTimeout ? cfg_.timeout : t;
 }
 
+void RingzipBackend::check_usable_locked(const char* name) const {
+  RZ_CHECK(!stop_, name, ": the process group was shut down or aborted");
+  TORCH_CHECK_WITH(DistBackendError, broken_.empty(), "ringzip: ", name, " on group '", cfg_.group_name,
+                   "' (rank ", rank_, "): the group is unusable after an earlier failure: ", broken_,
+                   " -- destroy it and create a new process group");
+}
+
 c10::intrusive_ptr<c10d::Work> RingzipBackend::submit(c10d::OpType type, const char* name,
                                                       std::vector<at::Tensor> outputs,
                                                       std::chrono::milliseconds timeout, bool async,
@@ -113,10 +125,7 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::submit(c10d::OpType type, const c
   const bool nested = tl_running == this;  // issued by a callback of this group's running task
   {
     std::unique_lock<std::mutex> lock(mu_);
-    RZ_CHECK(!stop_, name, ": the process group was shut down or aborted");
-    TORCH_CHECK_WITH(DistBackendError, broken_.empty(), "ringzip: ", name, " on group '", cfg_.group_name,
-                     "' (rank ", rank_, "): the group is unusable after an earlier failure: ", broken_,
-                     " -- destroy it and create a new process group");
+    check_usable_locked(name);
     if (!nested && (async || busy_ || !queue_.empty())) {
       queue_.push_back(std::move(task));
       lock.unlock();
@@ -136,7 +145,36 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::submit(c10d::OpType type, const c
   return work;
 }
 
+namespace {
+
+// The device a group was bound to (init_process_group(device_id=...)), where torch has it.
+template <typename B>
+std::optional<c10::Device> bound_device(const B& b) {
+  if constexpr (requires { b.getBoundDeviceId(); }) {
+    return b.getBoundDeviceId();
+  } else {
+    return std::nullopt;
+  }
+}
+
+}  // namespace
+
 c10::intrusive_ptr<c10d::Work> RingzipBackend::barrier(const c10d::BarrierOptions& opts) {
+#ifdef RINGZIP_WITH_CUDA
+  // A barrier on a device runs on that device's internal stream, like ProcessGroupNCCL's:
+  // dist.barrier(device_ids=[i]) passes the device; a group bound to a CUDA device gets its
+  // barriers there (torch's dist.barrier() picks that device then). Otherwise dist.barrier()
+  // on a group that serves CPU tensors stays on the host transport.
+  if (cuda_) {
+    std::optional<c10::Device> dev;
+    if (!opts.device_ids.empty()) {
+      dev = c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(opts.device_ids.front()));
+    } else if (auto b = bound_device(*this); b && b->is_cuda()) {
+      dev = b;
+    }
+    if (dev) return cuda_barrier(*dev, opts);
+  }
+#endif
   return enqueue(c10d::OpType::BARRIER, "barrier", {}, opts, [](Comm& c) { ringzip::barrier(c); });
 }
 
@@ -152,6 +190,9 @@ static void check_p2p(const std::vector<at::Tensor>& ts, int peer, int self, int
 
 c10::intrusive_ptr<c10d::Work> RingzipBackend::send(std::vector<at::Tensor>& tensors, int dst, int tag) {
   check_p2p(tensors, dst, rank_, size_, tag, "send");
+#ifdef RINGZIP_WITH_CUDA
+  if (use_cuda(tensors[0])) return cuda_p2p(tensors[0], dst, /*send=*/true);
+#endif
   auto s = Staged::in(tensors[0]);
   auto req = net_->isend(s.work.data_ptr(), s.work.nbytes(), dst, static_cast<uint32_t>(tag));
   return c10::make_intrusive<P2PWork>(rank_, c10d::OpType::SEND, std::move(req),
@@ -160,6 +201,9 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::send(std::vector<at::Tensor>& ten
 
 c10::intrusive_ptr<c10d::Work> RingzipBackend::recv(std::vector<at::Tensor>& tensors, int src, int tag) {
   check_p2p(tensors, src, rank_, size_, tag, "recv");
+#ifdef RINGZIP_WITH_CUDA
+  if (use_cuda(tensors[0])) return cuda_p2p(tensors[0], src, /*send=*/false);
+#endif
   auto s = Staged::out(tensors[0]);
   auto req = net_->irecv(s.work.data_ptr(), s.work.nbytes(), src, static_cast<uint32_t>(tag));
   return c10::make_intrusive<P2PWork>(rank_, c10d::OpType::RECV, std::move(req),
@@ -169,6 +213,8 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::recv(std::vector<at::Tensor>& ten
 c10::intrusive_ptr<c10d::Work> RingzipBackend::recvAnysource(std::vector<at::Tensor>& tensors, int tag) {
   check_single(tensors, "recv");
   RZ_CHECK_VALUE(tag >= 0 && tag < (1 << 30), "recv: tag ", tag, " outside [0, 2^30)");
+  RZ_CHECK_VALUE(!use_cuda(tensors[0]), "recv: a receive from any source is not supported for CUDA tensors on the "
+                 "NCCL transport (NCCL needs the peer); pass src, or use Options(transport=\"gloo\")");
   auto s = Staged::out(tensors[0]);
   auto req = net_->irecv_any(s.work.data_ptr(), s.work.nbytes(), static_cast<uint32_t>(tag));
   return c10::make_intrusive<P2PWork>(rank_, c10d::OpType::RECVANYSOURCE, std::move(req),

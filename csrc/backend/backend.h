@@ -19,7 +19,8 @@
 
 namespace ringzip {
 
-class CudaPath;  // backend/cuda_path.h (CUDA builds only)
+class CudaPath;     // backend/cuda_path.h (CUDA builds only)
+struct CudaDevice;  // the internal stream and NCCL communicator of one device (cuda_path.h)
 
 struct Config {
   std::chrono::milliseconds timeout{std::chrono::minutes(30)};
@@ -102,9 +103,11 @@ class RingzipBackend final : public c10d::Backend {
   CompressionConfig compression() const;
   Compression& compression_state() { return comp_; }
 
-  // ---- CUDA path (backend/cuda_path.cc, CUDA builds only) ------------------------------------
-  // Once enabled, collectives on CUDA tensors run on an internal stream over NCCL with the CUDA
-  // kernels instead of host staging over Gloo. `store` carries the NCCL unique ids.
+  // ---- CUDA path (backend/cuda_path.cc, cuda_collectives.cc; CUDA builds only) ----------------
+  // Once enabled, every collective on CUDA tensors runs on an internal stream over NCCL with the
+  // CUDA kernels instead of host staging over Gloo, under the same checks as the host path
+  // (fingerprint, sequence numbers, deadline enforced by a watchdog thread, poison, abort).
+  // `store` carries the NCCL unique ids.
   void enable_cuda(const c10::intrusive_ptr<c10d::Store>& store);
   bool cuda_enabled() const { return cuda_ != nullptr; }
   // check="auto"/"on": stalled calls are diagnosed through `store` (backend/mismatch_watch.h).
@@ -122,10 +125,17 @@ class RingzipBackend final : public c10d::Backend {
                                          uint32_t nseq = 1, const FpExtra& extra = {}) {
     bool async = true;
     if constexpr (requires { opts.asyncOp; }) async = opts.asyncOp;  // torch >= 2.7
+    Fingerprint fp = call_fingerprint(type, outputs, opts, nseq, extra);
+    return submit(type, name, std::move(outputs), opts.timeout, async, std::move(body), nseq, fp);
+  }
+  // The call's fingerprint (host and CUDA path alike): its tensors, reduce op and root.
+  template <typename O>
+  Fingerprint call_fingerprint(c10d::OpType type, const std::vector<at::Tensor>& outputs, const O& opts,
+                               uint32_t nseq, const FpExtra& extra) const {
     Fingerprint fp = fingerprint(type, outputs, nseq, extra);
     if constexpr (requires { opts.reduceOp; }) fp.op = static_cast<uint8_t>(opts.reduceOp.op_);
     if constexpr (requires { opts.rootRank; }) fp.root = static_cast<int32_t>(opts.rootRank);
-    return submit(type, name, std::move(outputs), opts.timeout, async, std::move(body), nseq, fp);
+    return fp;
   }
   Fingerprint fingerprint(c10d::OpType type, const std::vector<at::Tensor>& outputs, uint32_t nseq,
                           const FpExtra& extra) const;
@@ -134,8 +144,19 @@ class RingzipBackend final : public c10d::Backend {
   // if any. Unless the failure left the transport clean (a mismatch found before any payload),
   // the group is poisoned.
   std::exception_ptr run_checked(Comm& c, const Body& body, Fingerprint fp, uint64_t seq, CheckMode check);
-  // Marks the group unusable (first reason wins) and breaks the transport.
+  // Marks the group unusable (first reason wins) and breaks the transport (and, on the CUDA
+  // path, fails the works in flight and aborts the NCCL communicators).
   void poison(const std::string& why);
+  // Raises (on the caller's thread) when the group was shut down or poisoned. Needs mu_ held.
+  void check_usable_locked(const char* name) const;
+  // The group's fingerprint check before a call that does not run through run_checked (CUDA
+  // path): check="on" exchanges the fingerprints over the host transport now; check="auto"
+  // records the call for the stall watch (returns true: the CUDA watchdog may ask for a
+  // diagnosis). Throws on a mismatch; `poison` says whether the group must be poisoned then.
+  bool precheck(Fingerprint fp, uint64_t seq, CheckMode check, const std::string& op,
+                std::chrono::steady_clock::time_point deadline, bool& poison);
+  // fp.seq, and for compressed calls the RNG number they will take (it joins the fingerprint).
+  void stamp(Fingerprint& fp, uint64_t seq) const;
   c10::intrusive_ptr<c10d::Work> submit(c10d::OpType type, const char* name,
                                         std::vector<at::Tensor> outputs,
                                         std::chrono::milliseconds timeout, bool async, Body body,
@@ -160,11 +181,71 @@ class RingzipBackend final : public c10d::Backend {
                                                                  const char* name, const at::Tensor& identity);
 
   bool use_cuda(const at::Tensor& t) const { return cuda_ && t.is_cuda(); }
+  // One CUDA call (cuda_path.cc): what run_cuda needs besides its body.
+  struct CudaCall {
+    c10d::OpType type;
+    const char* name;
+    c10::Device device;
+    std::vector<at::Tensor> inputs;   // recorded on the internal stream with the outputs
+    std::vector<at::Tensor> outputs;  // the Work's result()
+    std::chrono::milliseconds timeout;
+    Fingerprint fp;
+    uint32_t nseq = 1;
+    bool p2p = false;       // point-to-point: no group sequence number, no fingerprint
+    bool blocking = false;  // wait() blocks the host (barrier)
+  };
+  template <typename O>
+  CudaCall cuda_call(c10d::OpType type, const char* name, const at::Tensor& on, std::vector<at::Tensor> inputs,
+                     std::vector<at::Tensor> outputs, const O& opts, uint32_t nseq = 1, const FpExtra& extra = {}) {
+    Fingerprint fp = call_fingerprint(type, outputs, opts, nseq, extra);
+    return CudaCall{type, name, on.device(), std::move(inputs), std::move(outputs), effective(opts.timeout), fp, nseq};
+  }
+  using CudaBody = std::function<void(Comm&, CudaDevice&)>;
+  // Issues `body` on the internal stream of call.device (which first waits for the caller's
+  // current stream), over the NCCL transport with the CUDA compute, under the group's checks;
+  // the Work completes by event and is watched until then (deadline, NCCL errors, stalls).
+  c10::intrusive_ptr<c10d::Work> run_cuda(CudaCall call, const CudaBody& body);
+  // The collectives on CUDA tensors (cuda_collectives.cc); arguments are checked by the
+  // callers (collectives.cc, exchanges.cc, backend.cc), as on the host path.
   c10::intrusive_ptr<c10d::Work> cuda_allreduce(at::Tensor& t, const c10d::AllreduceOptions& opts);
+  c10::intrusive_ptr<c10d::Work> cuda_allreduce_coalesced(std::vector<at::Tensor>& tensors,
+                                                          const c10d::AllreduceCoalescedOptions& opts);
   c10::intrusive_ptr<c10d::Work> cuda_broadcast(at::Tensor& t, const c10d::BroadcastOptions& opts);
+  c10::intrusive_ptr<c10d::Work> cuda_reduce(at::Tensor& t, const c10d::ReduceOptions& opts);
+  // Reduce-scatter of `parts` (one tensor holding every rank's part, or one tensor per rank).
+  c10::intrusive_ptr<c10d::Work> cuda_reduce_scatter(at::Tensor& out, std::vector<at::Tensor> parts,
+                                                     const c10d::ReduceScatterOptions& opts, c10d::OpType type,
+                                                     const char* name);
+  c10::intrusive_ptr<c10d::Work> cuda_reduce_scatter_coalesced(std::vector<at::Tensor>& outputs,
+                                                               std::vector<at::Tensor>& inputs,
+                                                               const c10d::ReduceScatterOptions& opts);
+  c10::intrusive_ptr<c10d::Work> cuda_allgather(std::vector<at::Tensor>& outs, at::Tensor& in,
+                                                const c10d::AllgatherOptions& opts);
   c10::intrusive_ptr<c10d::Work> cuda_allgather_base(at::Tensor& out, at::Tensor& in,
                                                      const c10d::AllgatherOptions& opts);
+  c10::intrusive_ptr<c10d::Work> cuda_allgather_coalesced(std::vector<std::vector<at::Tensor>>& outputs,
+                                                          std::vector<at::Tensor>& inputs,
+                                                          const c10d::AllgatherOptions& opts);
+  c10::intrusive_ptr<c10d::Work> cuda_allgather_into_tensor_coalesced(std::vector<at::Tensor>& outputs,
+                                                                      std::vector<at::Tensor>& inputs,
+                                                                      const c10d::AllgatherOptions& opts);
+  c10::intrusive_ptr<c10d::Work> cuda_gather(std::vector<at::Tensor> outs, at::Tensor& in,
+                                             const c10d::GatherOptions& opts);
+  c10::intrusive_ptr<c10d::Work> cuda_scatter(at::Tensor& out, std::vector<at::Tensor> ins,
+                                              const c10d::ScatterOptions& opts);
+  // All-to-all of byte blocks: send_bytes[i] from `in` (consecutive) to rank i, recv_bytes[i] into `out`.
+  c10::intrusive_ptr<c10d::Work> cuda_alltoall_base(at::Tensor& out, at::Tensor& in, std::vector<size_t> send_bytes,
+                                                    std::vector<size_t> recv_bytes, const c10d::AllToAllOptions& opts);
+  c10::intrusive_ptr<c10d::Work> cuda_alltoall(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+                                               const c10d::AllToAllOptions& opts);
+  c10::intrusive_ptr<c10d::Work> cuda_p2p(at::Tensor& t, int peer, bool send);
+  c10::intrusive_ptr<c10d::Work> cuda_barrier(c10::Device device, const c10d::BarrierOptions& opts);
+  // Fails the CUDA works in flight and aborts the communicators (poison); joins the watchdog
+  // and releases the communicators (shutdown).
+  void abort_cuda(const std::string& why);
+  void shutdown_cuda();
   std::shared_ptr<CudaPath> cuda_;
+  std::atomic<uint64_t> p2p_seq_{0};  // CUDA point-to-point calls (their own numbering)
 
   std::unique_ptr<Transport> net_;
   Config cfg_;

@@ -1,5 +1,6 @@
 // The c10d collective entry points: check arguments here, on the caller's thread, then queue
-// the algorithm with host-staged buffers.
+// the algorithm with host-staged buffers -- or, for CUDA tensors, hand the checked call to the
+// CUDA path (cuda_collectives.cc).
 #include <cstring>
 #include <numeric>
 
@@ -79,6 +80,9 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::allreduce_coalesced(
   }
   auto red = to_reduction(opts.reduceOp, to_dtype(tensors[0].scalar_type(), "allreduce_coalesced"),
                           size_, "allreduce_coalesced");
+#ifdef RINGZIP_WITH_CUDA
+  if (use_cuda(tensors[0])) return cuda_allreduce_coalesced(tensors, opts);
+#endif
   std::vector<at::Tensor> flat_in;
   for (const auto& t : tensors) flat_in.push_back(t.reshape({-1}).to(at::kCPU));
   auto flat = at::cat(flat_in);
@@ -122,6 +126,9 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::reduce(std::vector<at::Tensor>& t
   check_single(tensors, "reduce");
   check_rank(opts.rootRank, size_, "reduce", "root");
   auto red = to_reduction(opts.reduceOp, to_dtype(tensors[0].scalar_type(), "reduce"), size_, "reduce");
+#ifdef RINGZIP_WITH_CUDA
+  if (use_cuda(tensors[0])) return cuda_reduce(tensors[0], opts);
+#endif
   const int root = static_cast<int>(opts.rootRank);
   auto s = Staged::in(tensors[0]);
   const bool is_root = rank_ == root;
@@ -146,6 +153,10 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::reduce_scatter(
   check_list(inputs[0], outputs[0], size_, "reduce_scatter", "input list");
   auto red = to_reduction(opts.reduceOp, to_dtype(outputs[0].scalar_type(), "reduce_scatter"), size_,
                           "reduce_scatter");
+#ifdef RINGZIP_WITH_CUDA
+  if (use_cuda(outputs[0]))
+    return cuda_reduce_scatter(outputs[0], inputs[0], opts, c10d::OpType::REDUCE_SCATTER, "reduce_scatter");
+#endif
   std::vector<at::Tensor> parts;
   for (const auto& t : inputs[0]) parts.push_back(t.reshape({-1}).to(at::kCPU));
   auto flat = at::cat(parts);
@@ -169,6 +180,10 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::_reduce_scatter_base(
                  input.numel(), " elements, expected output size ", output.numel(), " x group size ", size_);
   auto red = to_reduction(opts.reduceOp, to_dtype(output.scalar_type(), "reduce_scatter_tensor"), size_,
                           "reduce_scatter_tensor");
+#ifdef RINGZIP_WITH_CUDA
+  if (use_cuda(output))
+    return cuda_reduce_scatter(output, {input}, opts, c10d::OpType::_REDUCE_SCATTER_BASE, "reduce_scatter_tensor");
+#endif
   if (auto w = maybe_compressed_reduce_scatter(output, input, opts, "reduce_scatter_tensor", input))
     return w;
   // The reduction runs in place, so it works on a copy: the caller's input stays intact.
@@ -191,11 +206,19 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::reduce_scatter_tensor_coalesced(
   for (size_t i = 0; i < outputs.size(); ++i) {
     check_single({outputs[i]}, "reduce_scatter_tensor_coalesced");
     check_device(inputs[i], outputs[i], "reduce_scatter_tensor_coalesced", "input");
+    check_device(outputs[i], outputs[0], "reduce_scatter_tensor_coalesced", "an output");
     RZ_CHECK_VALUE(inputs[i].numel() == outputs[i].numel() * size_,
                    "reduce_scatter_tensor_coalesced: input ", i, " has ", inputs[i].numel(),
                    " elements, expected ", outputs[i].numel() * size_);
     RZ_CHECK_TYPE(inputs[i].scalar_type() == outputs[i].scalar_type(),
                   "reduce_scatter_tensor_coalesced: input and output dtypes differ");
+    to_reduction(opts.reduceOp, to_dtype(outputs[i].scalar_type(), "reduce_scatter"), size_,
+                 "reduce_scatter_tensor_coalesced");
+  }
+#ifdef RINGZIP_WITH_CUDA
+  if (!outputs.empty() && use_cuda(outputs[0])) return cuda_reduce_scatter_coalesced(outputs, inputs, opts);
+#endif
+  for (size_t i = 0; i < outputs.size(); ++i) {
     items.push_back({inputs[i].to(at::kCPU, false, true).contiguous(), Staged::out(outputs[i]),
                      to_reduction(opts.reduceOp, to_dtype(outputs[i].scalar_type(), "reduce_scatter"),
                                   size_, "reduce_scatter_tensor_coalesced")});
@@ -217,6 +240,9 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::allgather(std::vector<std::vector
   check_single(inputs, "allgather");
   RZ_CHECK_VALUE(outputs.size() == 1, "allgather takes one output list per process, got ", outputs.size());
   check_list(outputs[0], inputs[0], size_, "allgather", "output list");
+#ifdef RINGZIP_WITH_CUDA
+  if (use_cuda(inputs[0])) return cuda_allgather(outputs[0], inputs[0], opts);
+#endif
   auto flat = at::empty({inputs[0].numel() * size_}, inputs[0].options().device(at::kCPU));
   auto in = Staged::in(inputs[0]);
   auto outs = outputs[0];
@@ -261,7 +287,7 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::allgather_coalesced(
   std::vector<at::Tensor> ins, all_out;
   for (size_t i = 0; i < inputs.size(); ++i) {
     check_single({inputs[i]}, "allgather_coalesced");
-    ins.push_back(inputs[i].reshape({-1}).to(at::kCPU, false, true).contiguous());
+    check_device(inputs[i], inputs[0], "allgather_coalesced", "an input tensor");
   }
   for (const auto& list : outputs) {
     RZ_CHECK_VALUE(list.size() == inputs.size(), "allgather_coalesced: an output list has ", list.size(),
@@ -271,6 +297,10 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::allgather_coalesced(
       all_out.push_back(list[i]);
     }
   }
+#ifdef RINGZIP_WITH_CUDA
+  if (use_cuda(inputs[0])) return cuda_allgather_coalesced(outputs, inputs, opts);
+#endif
+  for (const auto& t : inputs) ins.push_back(t.reshape({-1}).to(at::kCPU, false, true).contiguous());
   auto outs = outputs;
   return enqueue(c10d::OpType::ALLGATHER_COALESCED, "allgather_coalesced", all_out, opts,
                  [ins, outs](Comm& c) {
@@ -294,12 +324,17 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::allgather_into_tensor_coalesced(
   for (size_t i = 0; i < outputs.size(); ++i) {
     check_single({inputs[i]}, "allgather_into_tensor_coalesced");
     check_device(outputs[i], inputs[i], "allgather_into_tensor_coalesced", "output");
+    check_device(inputs[i], inputs[0], "allgather_into_tensor_coalesced", "an input");
     RZ_CHECK_TYPE(outputs[i].scalar_type() == inputs[i].scalar_type(),
                   "allgather_into_tensor_coalesced: output and input dtypes differ");
     RZ_CHECK_VALUE(outputs[i].numel() == inputs[i].numel() * size_, "allgather_into_tensor_coalesced: output ",
                    i, " has ", outputs[i].numel(), " elements, expected ", inputs[i].numel() * size_);
-    items.emplace_back(inputs[i].to(at::kCPU, false, true).contiguous(), Staged::out(outputs[i]));
   }
+#ifdef RINGZIP_WITH_CUDA
+  if (!inputs.empty() && use_cuda(inputs[0])) return cuda_allgather_into_tensor_coalesced(outputs, inputs, opts);
+#endif
+  for (size_t i = 0; i < outputs.size(); ++i)
+    items.emplace_back(inputs[i].to(at::kCPU, false, true).contiguous(), Staged::out(outputs[i]));
   return enqueue(c10d::OpType::COALESCED, "allgather_into_tensor_coalesced", outputs, opts,
                  [items](Comm& c) {
                    for (const auto& [in, out] : items) {

@@ -17,21 +17,6 @@ at::Tensor f32_work(const at::Tensor& t) {
   return t.to(at::kCPU, at::kFloat, false, /*copy=*/true).contiguous();
 }
 
-// What the mismatch check compares of the codec settings (backend/fingerprint.h). The call's
-// RNG number joins when the call starts (RingzipBackend::run_checked).
-FpExtra codec_fingerprint(const CompressionConfig& cc) {
-  FpExtra e;
-  e.codec = cc.codec;
-  uint64_t h = 1469598103934665603ull;
-  for (uint64_t v : {static_cast<uint64_t>(cc.bucket_size), static_cast<uint64_t>(cc.stochastic), cc.seed,
-                     static_cast<uint64_t>(cc.algorithm), static_cast<uint64_t>(cc.topk_block)}) {
-    h = (h ^ v) * 1099511628211ull;
-  }
-  e.codec_hash = static_cast<uint32_t>(h ^ (h >> 32));
-  return e;
-}
-
-
 // fp16 on the wire holds magnitudes up to 65504: larger values, or sums of values, become inf
 // (the cast does not scale). When this rank's input was finite and the result is not, count the
 // call and warn once per process. Two scans of the host buffers, on fp16 calls only; the CUDA

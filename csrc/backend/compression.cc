@@ -5,11 +5,15 @@
 namespace ringzip {
 
 bool compressible(const CompressionConfig& cc, const at::Tensor& t, const c10d::ReduceOp& op) {
+  return compressible(cc, t, t.numel(), op);
+}
+
+bool compressible(const CompressionConfig& cc, const at::Tensor& t, int64_t numel, const c10d::ReduceOp& op) {
   const auto st = t.scalar_type();
   const bool fp = st == at::kFloat || st == at::kHalf || st == at::kBFloat16;
   const bool summing = op.op_ == c10d::ReduceOp::SUM || op.op_ == c10d::ReduceOp::AVG ||
                        op.op_ == c10d::ReduceOp::PREMUL_SUM;
-  return cc.enabled() && fp && summing && t.numel() >= cc.min_numel;
+  return cc.enabled() && fp && summing && numel >= cc.min_numel;
 }
 
 std::string Compression::key_of(const at::Tensor& t, int64_t numel) {

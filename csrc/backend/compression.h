@@ -34,6 +34,8 @@ struct CompressionConfig {
 
 // The policy: float32/float16/bfloat16, SUM/AVG/PREMUL_SUM, at least min_numel elements.
 bool compressible(const CompressionConfig& cc, const at::Tensor& t, const c10d::ReduceOp& op);
+// The same for `numel` elements of t's dtype (a call whose tensors are cut into parts).
+bool compressible(const CompressionConfig& cc, const at::Tensor& t, int64_t numel, const c10d::ReduceOp& op);
 
 struct CodecStats {
   uint64_t calls = 0;

@@ -16,16 +16,17 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::gather(std::vector<std::vector<at
     RZ_CHECK_VALUE(outputs.size() == 1, "gather: the root takes one output list, got ", outputs.size());
     RZ_CHECK_VALUE(outputs[0].size() == static_cast<size_t>(size_), "gather: output list has ",
                    outputs[0].size(), " tensors, expected ", size_, " (one per rank)");
-    for (const auto& t : outputs[0]) {
-      check_same(t, inputs[0], "gather", "an output tensor");
-      outs.push_back(Staged::out(t));
-    }
+    for (const auto& t : outputs[0]) check_same(t, inputs[0], "gather", "an output tensor");
   } else {
     RZ_CHECK_VALUE(outputs.empty() || (outputs.size() == 1 && outputs[0].empty()),
                    "gather: only the root (rank ", root, ") takes an output list");
   }
-  auto in = Staged::in(inputs[0]);
   std::vector<at::Tensor> result = rank_ == root ? outputs[0] : std::vector<at::Tensor>{};
+#ifdef RINGZIP_WITH_CUDA
+  if (use_cuda(inputs[0])) return cuda_gather(result, inputs[0], opts);
+#endif
+  for (const auto& t : result) outs.push_back(Staged::out(t));
+  auto in = Staged::in(inputs[0]);
   return enqueue(c10d::OpType::GATHER, "gather", result, opts, [in, outs, root](Comm& c) {
     std::vector<void*> ptrs;
     for (const auto& o : outs) ptrs.push_back(o.work.data_ptr());
@@ -46,14 +47,17 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::scatter(std::vector<at::Tensor>& 
     RZ_CHECK_VALUE(inputs.size() == 1, "scatter: the root takes one input list, got ", inputs.size());
     RZ_CHECK_VALUE(inputs[0].size() == static_cast<size_t>(size_), "scatter: input list has ",
                    inputs[0].size(), " tensors, expected ", size_, " (one per rank)");
-    for (const auto& t : inputs[0]) {
-      check_same(t, outputs[0], "scatter", "an input tensor");
-      ins.push_back(Staged::in(t));
-    }
+    for (const auto& t : inputs[0]) check_same(t, outputs[0], "scatter", "an input tensor");
   } else {
     RZ_CHECK_VALUE(inputs.empty() || (inputs.size() == 1 && inputs[0].empty()),
                    "scatter: only the root (rank ", root, ") takes an input list");
   }
+#ifdef RINGZIP_WITH_CUDA
+  if (use_cuda(outputs[0]))
+    return cuda_scatter(outputs[0], rank_ == root ? inputs[0] : std::vector<at::Tensor>{}, opts);
+#endif
+  if (rank_ == root)
+    for (const auto& t : inputs[0]) ins.push_back(Staged::in(t));
   auto out = Staged::out(outputs[0]);
   return enqueue(c10d::OpType::SCATTER, "scatter", outputs, opts, [ins, out, root](Comm& c) {
     std::vector<const void*> ptrs;
@@ -110,6 +114,9 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::alltoall_base(at::Tensor& output,
   auto rb = split_bytes(output, output_splits, size_, "output");
   RZ_CHECK_VALUE(sb[rank_] == rb[rank_], "alltoall_base: this rank sends itself ", sb[rank_],
                  " bytes but expects ", rb[rank_]);
+#ifdef RINGZIP_WITH_CUDA
+  if (use_cuda(input)) return cuda_alltoall_base(output, input, sb, rb, opts);
+#endif
   auto in = input.to(at::kCPU, false, /*copy=*/true).contiguous();
   auto out = Staged::out(output);
   return enqueue(c10d::OpType::ALLTOALL_BASE, "alltoall_base", {output}, opts,
@@ -140,11 +147,16 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::alltoall(std::vector<at::Tensor>&
     RZ_CHECK_TYPE(inputs[i].scalar_type() == inputs[0].scalar_type() &&
                       outputs[i].scalar_type() == inputs[0].scalar_type(),
                   "alltoall: all tensors must have one dtype");
-    ins.push_back(Staged::in(inputs[i]));
-    outs.push_back(Staged::out(outputs[i]));
   }
   RZ_CHECK_VALUE(inputs[rank_].numel() == outputs[rank_].numel(), "alltoall: this rank's own input has ",
                  inputs[rank_].numel(), " elements but its output slot has ", outputs[rank_].numel());
+#ifdef RINGZIP_WITH_CUDA
+  if (use_cuda(inputs[0])) return cuda_alltoall(outputs, inputs, opts);
+#endif
+  for (int i = 0; i < size_; ++i) {
+    ins.push_back(Staged::in(inputs[i]));
+    outs.push_back(Staged::out(outputs[i]));
+  }
   return enqueue(c10d::OpType::ALLTOALL, "alltoall", outputs, opts, [ins, outs](Comm& c) {
     std::vector<const void*> sp;
     std::vector<void*> rp;

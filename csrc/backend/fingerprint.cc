@@ -114,7 +114,7 @@ std::string Fingerprint::describe() const {
 }
 
 std::string mismatch_message(const std::vector<const Fingerprint*>& by_rank, int detected_on,
-                             const std::string& group, bool group_survives, bool* desync) {
+                             const std::string& group, bool group_survives, bool* desync, bool keyed_tags) {
   const int n = static_cast<int>(by_rank.size());
   int a = 0;
   while (a < n && !by_rank[a]) ++a;
@@ -133,9 +133,13 @@ std::string mismatch_message(const std::vector<const Fingerprint*>& by_rank, int
     if (group_survives) {
       o << ". No data was exchanged"
         << (diverged ? "; the ranks' call sequences diverged, so the group is now unusable" : "; the group stays usable");
-    } else {
+    } else if (keyed_tags) {
       o << ". No data was exchanged (the calls' tags differ); the group is now unusable (check=\"on\" finds "
            "mismatches before the call and keeps it usable)";
+    } else {
+      o << ". The calls stalled on the NCCL transport (which matches messages by order, not by tags, so some "
+           "bytes may have moved); the NCCL communicator was aborted and the group is now unusable "
+           "(check=\"on\" finds mismatches before the call and keeps it usable)";
     }
     return o.str();
   }

@@ -71,8 +71,11 @@ struct MismatchInfo {
 // The one message of a mismatch: `by_rank[j]` is rank j's record of the call (nullptr where
 // unknown); names the lowest rank and the lowest rank whose record differs from it. Empty when
 // the known records agree. `desync` reports a divergence of the ranks' call sequences.
+// `keyed_tags`: the calls' messages carried tag keys (host transports), so none were exchanged;
+// false for calls on the NCCL transport, which matches messages by order.
 std::string mismatch_message(const std::vector<const Fingerprint*>& by_rank, int detected_on,
-                             const std::string& group, bool group_survives, bool* desync = nullptr);
+                             const std::string& group, bool group_survives, bool* desync = nullptr,
+                             bool keyed_tags = true);
 
 // Exchanges fingerprints over the group (rank 0 gathers the records and sends all of them
 // back: two rounds) and compares them. Transport failures throw like any collective step.

@@ -54,6 +54,21 @@ void MismatchWatch::begin(const Fingerprint& fp) {
 
 void MismatchWatch::end() { running_.store(0, std::memory_order_release); }
 
+void MismatchWatch::record(const Fingerprint& fp) {
+  std::lock_guard<std::mutex> lock(mu_);
+  history_[recorded_++ % kHistory] = fp;
+}
+
+std::string MismatchWatch::stalled(uint64_t seq) {
+  try {
+    diagnose(seq, /*device=*/true);
+  } catch (...) {
+    // The store is unreachable: the call fails by its own timeout.
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  return verdict_;
+}
+
 std::string MismatchWatch::verdict() {
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -86,7 +101,7 @@ void MismatchWatch::loop() {
     next_ns *= 2;
     lock.unlock();
     try {
-      diagnose(run - 1);
+      diagnose(run - 1, /*device=*/false);
     } catch (...) {
       // The store is unreachable (its host died): the call fails by its own timeout.
     }
@@ -94,7 +109,8 @@ void MismatchWatch::loop() {
   }
 }
 
-void MismatchWatch::diagnose(uint64_t seq) {
+void MismatchWatch::diagnose(uint64_t seq, bool device) {
+  std::lock_guard<std::mutex> diag(diag_mu_);
   std::string found = verdict();
   if (found.empty()) {
     std::vector<std::vector<Fingerprint>> histories(size_);
@@ -112,7 +128,7 @@ void MismatchWatch::diagnose(uint64_t seq) {
       const std::string key = "h/" + std::to_string(j);
       if (j != rank_ && store_->check({key})) histories[j] = parse(store_->get(key));
     }
-    const std::string mine = find_mismatch(histories);
+    const std::string mine = find_mismatch(histories, device);
     if (mine.empty()) return;
     const Bytes won = store_->compareSet("verdict", {}, Bytes(mine.begin(), mine.end()));
     found.assign(won.begin(), won.end());
@@ -125,7 +141,7 @@ void MismatchWatch::diagnose(uint64_t seq) {
 }
 
 // The earliest call that two ranks both recorded, differently.
-std::string MismatchWatch::find_mismatch(const std::vector<std::vector<Fingerprint>>& histories) const {
+std::string MismatchWatch::find_mismatch(const std::vector<std::vector<Fingerprint>>& histories, bool device) const {
   std::map<uint64_t, std::vector<const Fingerprint*>> by_seq;
   for (int j = 0; j < size_; ++j) {
     for (const Fingerprint& f : histories[j]) {
@@ -136,7 +152,7 @@ std::string MismatchWatch::find_mismatch(const std::vector<std::vector<Fingerpri
   }
   for (const auto& [seq, row] : by_seq) {
     if (std::count(row.begin(), row.end(), nullptr) >= size_ - 1) continue;
-    std::string msg = mismatch_message(row, rank_, group_, /*group_survives=*/false);
+    std::string msg = mismatch_message(row, rank_, group_, /*group_survives=*/false, nullptr, /*keyed_tags=*/!device);
     if (!msg.empty()) return msg;
   }
   return {};

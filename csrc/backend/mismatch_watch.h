@@ -9,6 +9,11 @@
 // rank raises the same text) and breaks the transport, which fails the calls blocked on it; a
 // rank whose call failed for any reason looks for that message before reporting the failure.
 // Calls that finish within kStall cost two atomic stores and a 64-byte copy.
+//
+// CUDA calls return once issued, so they never "run" here: record() adds their fingerprints to
+// the history, and the CUDA watchdog (backend/cuda_path.h) calls stalled() for the oldest
+// call still pending on the device, at the same ages; the diagnosis and its message are the
+// same, through the same store.
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
@@ -36,14 +41,20 @@ class MismatchWatch {
 
   void begin(const Fingerprint& fp);  // fp.seq is the call's sequence number
   void end();
+  // A call that does not run between begin() and end() (a CUDA call): history only.
+  void record(const Fingerprint& fp);
+  // Diagnoses the recorded call `seq`, stalled on the device (thread-safe); returns the group's
+  // mismatch message if one is found (on_verdict has then run), else empty.
+  std::string stalled(uint64_t seq);
   // The group's mismatch message (this rank's, or one another rank stored), or empty.
   std::string verdict();
 
  private:
   static constexpr int kHistory = 16;
   void loop();
-  void diagnose(uint64_t seq);
-  std::string find_mismatch(const std::vector<std::vector<Fingerprint>>& histories) const;
+  // device: the stalled call is a CUDA call (NCCL matches messages by order, not by tags).
+  void diagnose(uint64_t seq, bool device);
+  std::string find_mismatch(const std::vector<std::vector<Fingerprint>>& histories, bool device) const;
 
   c10::intrusive_ptr<c10d::Store> store_;
   const int rank_, size_;
@@ -53,11 +64,13 @@ class MismatchWatch {
   std::atomic<uint64_t> running_{0};  // seq + 1 of the running call; 0: none
   std::atomic<int64_t> started_ns_{0};
 
-  std::mutex mu_;  // guards history_, verdict_, published_
+  std::mutex mu_;  // guards history_, recorded_, verdict_
   std::array<Fingerprint, kHistory> history_{};
   uint64_t recorded_ = 0;
-  uint64_t published_ = 0;  // seq + 1 of the last call whose history went to the store
   std::string verdict_;
+
+  std::mutex diag_mu_;      // one diagnosis at a time (watch thread, CUDA watchdog)
+  uint64_t published_ = 0;  // seq + 1 of the last call whose history went to the store; diag_mu_
 
   std::mutex stop_mu_;
   std::condition_variable stop_cv_;

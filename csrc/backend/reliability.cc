@@ -54,11 +54,7 @@ std::exception_ptr RingzipBackend::run_checked(Comm& c, const Body& body, Finger
       }
     }
   }
-  fp.seq = seq;
-  // Compressed calls take their RNG number when they start, in the order calls run (the same on
-  // every rank); ranks that restored different error-feedback states would draw different
-  // random-k indices, so the number joins the fingerprint.
-  if (fp.codec[0] != 0) fp.codec_hash = static_cast<uint32_t>(fp.codec_hash * 0x9E3779B1u ^ comp_.next_call_number());
+  stamp(fp, seq);
   const bool watched = check != CheckMode::Off && watch_;
   if (check != CheckMode::Off) c.tag_key = fp.tag_key();
   if (watched) watch_->begin(fp);
@@ -91,6 +87,42 @@ std::exception_ptr RingzipBackend::run_checked(Comm& c, const Body& body, Finger
   return err;
 }
 
+void RingzipBackend::stamp(Fingerprint& fp, uint64_t seq) const {
+  fp.seq = seq;
+  // Compressed calls take their RNG number when they start, in the order calls run (the same on
+  // every rank); ranks that restored different error-feedback states would draw different
+  // random-k indices, so the number joins the fingerprint.
+  if (fp.codec[0] != 0) fp.codec_hash = static_cast<uint32_t>(fp.codec_hash * 0x9E3779B1u ^ comp_.next_call_number());
+}
+
+// The CUDA path's share of run_checked: the call is only issued on the caller's thread, so the
+// stall watch learns its fingerprint (record) and the CUDA watchdog asks for the diagnosis
+// when it stalls on the device; check="on" exchanges the records over the host transport
+// (the CUDA call's own transport is stream-ordered: its bytes would need a host sync).
+bool RingzipBackend::precheck(Fingerprint fp, uint64_t seq, CheckMode check, const std::string& op,
+                              std::chrono::steady_clock::time_point deadline, bool& poison_after) {
+  poison_after = false;
+  stamp(fp, seq);
+  if (check == CheckMode::Off || size_ < 2) return false;
+  if (check == CheckMode::On) {
+    Comm c{*net_, host_compute(), static_cast<uint32_t>(seq), deadline, op};
+    MismatchInfo mm;
+    try {
+      mm = exchange_fingerprints(c, fp, cfg_.group_name);
+    } catch (...) {
+      poison_after = true;  // the host transport failed (Comm aborted it)
+      throw;
+    }
+    if (mm.found) {
+      poison_after = mm.desync;
+      TORCH_CHECK_WITH(DistBackendError, false, mm.message);
+    }
+  }
+  if (!watch_) return false;
+  watch_->record(fp);
+  return true;
+}
+
 void RingzipBackend::enable_mismatch_watch(const c10::intrusive_ptr<c10d::Store>& store) {
   if (size_ < 2) return;
   watch_ = std::make_unique<MismatchWatch>(store, rank_, size_, cfg_.group_name,
@@ -107,6 +139,9 @@ void RingzipBackend::poison(const std::string& why) {
     }
   }
   net_->abort();
+#ifdef RINGZIP_WITH_CUDA
+  if (cuda_) abort_cuda(why);
+#endif
 }
 
 std::string RingzipBackend::broken_reason() const {

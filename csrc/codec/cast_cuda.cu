@@ -65,9 +65,9 @@ __global__ void narrow_kernel(const void* x, int64_t n, uint8_t* out, bool vec) 
   }
 }
 
-// out = / += decode of a none/fp16/bf16 payload.
-template <Kind K, bool Acc>
-__global__ void uncast_kernel(const uint8_t* in, int64_t n, float* out, bool vec) {
+// out = / += decode of a none/fp16/bf16 payload; Res: out = x - decode (error feedback).
+template <Kind K, bool Acc, bool Res = false>
+__global__ void uncast_kernel(const uint8_t* in, int64_t n, float* out, bool vec, const float* x = nullptr) {
   for (int64_t e = 4 * ((int64_t)blockIdx.x * blockDim.x + threadIdx.x); e < n; e += 4 * (int64_t)gridDim.x * blockDim.x) {
     float v[4];
     const bool full = vec && e + 4 <= n;
@@ -91,6 +91,15 @@ __global__ void uncast_kernel(const uint8_t* in, int64_t n, float* out, bool vec
       for (int i = 0; i < 4; ++i) v[i] = K == Kind::Fp16 ? f16_bits_to_f32(h[i]) : bf16_bits_to_f32(h[i]);
     }
     float* o = out + e;
+    if constexpr (Res) {
+      if (full) {
+        float4 a = *reinterpret_cast<const float4*>(x + e);
+        *reinterpret_cast<float4*>(o) = make_float4(rz_sub(a.x, v[0]), rz_sub(a.y, v[1]), rz_sub(a.z, v[2]), rz_sub(a.w, v[3]));
+      } else {
+        for (int i = 0; i < 4 && e + i < n; ++i) o[i] = rz_sub(x[e + i], v[i]);
+      }
+      continue;
+    }
     if (full) {
       float4 r = make_float4(v[0], v[1], v[2], v[3]);
       if (Acc) {
@@ -126,9 +135,11 @@ void narrow(const Ctx& c, InType t, const void* x, int64_t n, uint8_t* out) {
 }
 
 template <Kind K>
-void uncast(const Ctx& c, const uint8_t* in, int64_t n, float* out, bool acc) {
-  bool vec = aligned(in, K == Kind::None ? 16 : 8) && aligned(out, 16);
-  if (acc)
+void uncast(const Ctx& c, const uint8_t* in, int64_t n, float* out, bool acc, const float* x = nullptr) {
+  bool vec = aligned(in, K == Kind::None ? 16 : 8) && aligned(out, 16) && (!x || aligned(x, 16));
+  if (x)
+    uncast_kernel<K, false, true><<<blocks(n), kThreads, 0, c.stream>>>(in, n, out, vec, x);
+  else if (acc)
     uncast_kernel<K, true><<<blocks(n), kThreads, 0, c.stream>>>(in, n, out, vec);
   else
     uncast_kernel<K, false><<<blocks(n), kThreads, 0, c.stream>>>(in, n, out, vec);
@@ -184,6 +195,15 @@ void cast_decode(const Ctx& c, const Spec& sp, const uint8_t* in, int64_t n, flo
     case Kind::Fp16: return uncast<Kind::Fp16>(c, in, n, out, acc);
     case Kind::Bf16: return uncast<Kind::Bf16>(c, in, n, out, acc);
     default: throw std::runtime_error("ringzip codec (cuda): cast_decode: not a cast codec");
+  }
+}
+
+void cast_residual(const Ctx& c, const Spec& sp, const uint8_t* in, const float* x, int64_t n, float* r) {
+  switch (sp.kind) {
+    case Kind::None: return uncast<Kind::None>(c, in, n, r, false, x);
+    case Kind::Fp16: return uncast<Kind::Fp16>(c, in, n, r, false, x);
+    case Kind::Bf16: return uncast<Kind::Bf16>(c, in, n, r, false, x);
+    default: throw std::runtime_error("ringzip codec (cuda): cast_residual: not a cast codec");
   }
 }
 

@@ -22,7 +22,7 @@ inline unsigned grid_for(int64_t work, int per_block, int cap = 1 << 16) {
   return (unsigned)(g < cap ? g : cap);
 }
 
-inline bool aligned(const void* p, int a) { return ((uintptr_t)p & (uintptr_t)(a - 1)) == 0; }
+__host__ __device__ inline bool aligned(const void* p, int a) { return ((uintptr_t)p & (uintptr_t)(a - 1)) == 0; }
 
 __device__ __forceinline__ uint32_t ld_u32(const uint8_t* p) {
   if (((uintptr_t)p & 3) == 0) return *reinterpret_cast<const uint32_t*>(p);

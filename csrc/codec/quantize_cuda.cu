@@ -7,6 +7,9 @@
 // blocks computed once per 4 elements. Buckets of up to 512 elements are held in registers
 // between the passes (read once); larger ones are read again in pass 2.
 // Decode is element-parallel: each thread 8 elements, one scale load, vector stores.
+// Error feedback (codec.h's encode_feedback / residual) reuses both kernels: the encode kernel
+// reads x + r and writes r = x + r - value(code) while the codes are still in registers; the
+// decode kernel's residual mode writes r = x - value(code).
 #include "codec/codec_cuda.h"
 #include "codec/cast_math.h"
 #include "codec/cuda_util.cuh"
@@ -47,6 +50,28 @@ struct SrcIn {
           v[i] = T == InType::F16 ? f16_bits_to_f32(h) : bf16_bits_to_f32(h);
         }
       }
+      return;
+    }
+#pragma unroll
+    for (int i = 0; i < 8; ++i) v[i] = i < cnt ? at(b, e + i) : 0.f;
+  }
+};
+
+// x + r, element by element (error feedback on an encode: codec.h's encode_feedback).
+struct SrcFeedback {
+  const float* x;
+  const float* r;
+  bool vec;  // x and r 16-byte aligned
+  struct B {};
+  __device__ B bucket(int64_t) const { return {}; }
+  __device__ float at(const B&, int64_t e) const { return rz_add(x[e], r[e]); }
+  __device__ void load8(const B& b, int64_t e, int cnt, float v[8]) const {
+    if (vec && cnt == 8) {
+      const float4* p = reinterpret_cast<const float4*>(x + e);
+      const float4* q = reinterpret_cast<const float4*>(r + e);
+      float4 a = p[0], c = p[1], ra = q[0], rc = q[1];
+      v[0] = rz_add(a.x, ra.x), v[1] = rz_add(a.y, ra.y), v[2] = rz_add(a.z, ra.z), v[3] = rz_add(a.w, ra.w);
+      v[4] = rz_add(c.x, rc.x), v[5] = rz_add(c.y, rc.y), v[6] = rz_add(c.z, rc.z), v[7] = rz_add(c.w, rc.w);
       return;
     }
 #pragma unroll
@@ -128,10 +153,13 @@ __device__ __forceinline__ uint32_t warp_max(uint32_t v) {
 
 // ---- kernels ---------------------------------------------------------------------------------------
 
-template <int BITS, typename Src>
+// FB: also writes resid[e] = v - value(code) for every element v it encodes (error feedback;
+// resid may be the buffer Src reads: each lane overwrites only the group it has just read, after
+// the warp's scale pass has read the whole bucket).
+template <int BITS, typename Src, bool FB = false>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32)
 encode_kernel(Src src, int64_t n, int64_t bucket, int64_t nb, int64_t off, RngKey key, bool stochastic,
-              uint8_t* out) {
+              uint8_t* out, float* resid = nullptr) {
   const int lane = threadIdx.x & 31;
   const int64_t warp = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
   const int64_t nwarps = ((int64_t)gridDim.x * blockDim.x) >> 5;
@@ -181,11 +209,12 @@ encode_kernel(Src src, int64_t n, int64_t bucket, int64_t nb, int64_t off, RngKe
     }
     if (lane == 0) st_u32(out + 4 * b, f2u(scale));
     const float inv = BITS > 1 ? quant_inv(scale, s) : 0.f;
+    const float step = BITS > 1 ? quant_step(scale, s) : 0.f;  // the decoder's (FB only)
     auto emit = [&](int64_t j0, const float (&v)[8]) {  // codes of the group at j0
       const int cnt = count_at(j0);
       uint64_t packed = 0;
+      uint32_t c[8] = {};
       if (finite) {
-        uint32_t c[8];
         if constexpr (BITS == 1) {
 #pragma unroll
           for (int i = 0; i < 8; ++i) c[i] = v[i] >= 0.0f ? 1u : 0u;
@@ -202,6 +231,22 @@ encode_kernel(Src src, int64_t n, int64_t bucket, int64_t nb, int64_t off, RngKe
         for (int i = 0; i < 8; ++i) packed |= (uint64_t)(i < cnt ? c[i] : 0u) << (i * BITS);
       }
       st_bytes(codes + (begin + j0) * BITS / 8, packed, (cnt * BITS + 7) / 8);
+      if constexpr (FB) {
+        // As quantize_cpu.cc: r = v - value(code); a non-finite bucket (scale NaN) gives NaN.
+        float rv[8];
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+          const float q = BITS == 1 ? q1_value(c[i], scale) : quant_value(c[i], step, s);
+          rv[i] = rz_sub(v[i], finite ? q : scale);
+        }
+        float* o = resid + begin + j0;
+        if (cnt == 8 && aligned(o, 16)) {
+          reinterpret_cast<float4*>(o)[0] = make_float4(rv[0], rv[1], rv[2], rv[3]);
+          reinterpret_cast<float4*>(o)[1] = make_float4(rv[4], rv[5], rv[6], rv[7]);
+        } else {
+          for (int i = 0; i < cnt; ++i) o[i] = rv[i];
+        }
+      }
     };
     if (ja < L) emit(ja, va);
     if (jb < L) emit(jb, vb);
@@ -213,8 +258,10 @@ encode_kernel(Src src, int64_t n, int64_t bucket, int64_t nb, int64_t off, RngKe
   }
 }
 
-template <int BITS, bool Acc>
-__global__ void decode_kernel(const uint8_t* in, int64_t n, int64_t bucket, int64_t nb, float* out, bool vec) {
+// Acc: out += value; Res: out = x - value (error feedback: what x lost on the wire); else out = value.
+template <int BITS, bool Acc, bool Res = false>
+__global__ void decode_kernel(const uint8_t* in, int64_t n, int64_t bucket, int64_t nb, float* out, bool vec,
+                              const float* x = nullptr) {
   constexpr int s = BITS > 1 ? (1 << (BITS - 1)) - 1 : 1;
   const uint8_t* codes = in + 4 * nb;
   const int64_t groups = (n + 7) / 8;
@@ -233,6 +280,18 @@ __global__ void decode_kernel(const uint8_t* in, int64_t n, int64_t bucket, int6
       v[i] = BITS == 1 ? q1_value(c, scale) : quant_value(c, step, s);
     }
     float* o = out + e;
+    if constexpr (Res) {
+      if (vec && cnt == 8) {
+        const float4* px = reinterpret_cast<const float4*>(x + e);
+        float4 a = px[0], c = px[1];
+        float4* p = reinterpret_cast<float4*>(o);
+        p[0] = make_float4(rz_sub(a.x, v[0]), rz_sub(a.y, v[1]), rz_sub(a.z, v[2]), rz_sub(a.w, v[3]));
+        p[1] = make_float4(rz_sub(c.x, v[4]), rz_sub(c.y, v[5]), rz_sub(c.z, v[6]), rz_sub(c.w, v[7]));
+      } else {
+        for (int i = 0; i < cnt; ++i) o[i] = rz_sub(x[e + i], v[i]);
+      }
+      continue;
+    }
     if (vec && cnt == 8) {
       float4* p = reinterpret_cast<float4*>(o);
       if (Acc) {
@@ -278,11 +337,25 @@ void launch_dae(const Ctx& c, const Spec& sp, const uint8_t* in, const float* lo
 }
 
 template <int BITS>
-void launch_decode(const Ctx& c, const Spec& sp, const uint8_t* in, int64_t n, float* out, bool acc) {
+void launch_feedback(const Ctx& c, const Spec& sp, const float* x, float* r, int64_t n, int64_t off,
+                     const RngKey& key, uint8_t* out) {
+  const int64_t nb = (n + sp.bucket - 1) / sp.bucket;
+  SrcFeedback src{x, r, aligned(x, 16) && aligned(r, 16)};
+  encode_kernel<BITS, SrcFeedback, true><<<enc_blocks(nb), kWarpsPerBlock * 32, 0, c.stream>>>(
+      src, n, sp.bucket, nb, off, key, sp.stochastic, out, r);
+  RZ_LAUNCH_CHECK("quantize encode_feedback kernel");
+}
+
+// x: with a residual, out = x - decode(in) instead.
+template <int BITS>
+void launch_decode(const Ctx& c, const Spec& sp, const uint8_t* in, int64_t n, float* out, bool acc,
+                   const float* x = nullptr) {
   const int64_t nb = (n + sp.bucket - 1) / sp.bucket;
   const unsigned g = grid_for((n + 7) / 8, 256, 1 << 16);
-  const bool vec = aligned(out, 16);
-  if (acc)
+  const bool vec = aligned(out, 16) && (!x || aligned(x, 16));
+  if (x)
+    decode_kernel<BITS, false, true><<<g, 256, 0, c.stream>>>(in, n, sp.bucket, nb, out, vec, x);
+  else if (acc)
     decode_kernel<BITS, true><<<g, 256, 0, c.stream>>>(in, n, sp.bucket, nb, out, vec);
   else
     decode_kernel<BITS, false><<<g, 256, 0, c.stream>>>(in, n, sp.bucket, nb, out, vec);
@@ -308,6 +381,25 @@ void quant_decode(const Ctx& c, const Spec& sp, const uint8_t* in, int64_t n, fl
     case 4: return launch_decode<4>(c, sp, in, n, out, acc);
     case 2: return launch_decode<2>(c, sp, in, n, out, acc);
     default: return launch_decode<1>(c, sp, in, n, out, acc);
+  }
+}
+
+void quant_residual(const Ctx& c, const Spec& sp, const uint8_t* in, const float* x, int64_t n, float* r) {
+  switch (sp.bits) {
+    case 8: return launch_decode<8>(c, sp, in, n, r, false, x);
+    case 4: return launch_decode<4>(c, sp, in, n, r, false, x);
+    case 2: return launch_decode<2>(c, sp, in, n, r, false, x);
+    default: return launch_decode<1>(c, sp, in, n, r, false, x);
+  }
+}
+
+void quant_encode_feedback(const Ctx& c, const Spec& sp, const float* x, float* r, int64_t n, int64_t off,
+                           const RngKey& key, uint8_t* out) {
+  switch (sp.bits) {
+    case 8: return launch_feedback<8>(c, sp, x, r, n, off, key, out);
+    case 4: return launch_feedback<4>(c, sp, x, r, n, off, key, out);
+    case 2: return launch_feedback<2>(c, sp, x, r, n, off, key, out);
+    default: return launch_feedback<1>(c, sp, x, r, n, off, key, out);
   }
 }
 

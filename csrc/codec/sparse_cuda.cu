@@ -208,6 +208,25 @@ __global__ void nan_fill_kernel(const uint8_t* flags, int64_t n, float* out) {
     out[i] = Acc ? rz_add(out[i], nan) : nan;
 }
 
+// Error feedback of top-k (codec.h): r[i] = x[i] - val[j] at the payload's indices (r holds a
+// copy of x elsewhere); x == r: r[i] -= r[i] (what was sent is no longer owed; NaN stays NaN).
+__global__ void topk_residual_kernel(const uint8_t* idx_bytes, const uint8_t* vals, int64_t k, int64_t n,
+                                     const float* x, float* r) {
+  for (int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; j < k; j += (int64_t)gridDim.x * blockDim.x) {
+    const int32_t i = (int32_t)ld_u32(idx_bytes + 4 * j);
+    if (i < 0 || i >= n) continue;
+    r[i] = rz_sub(x[i], vals ? u2f(ld_u32(vals + 4 * j)) : x[i]);
+  }
+}
+
+// r = x + r, x = 0 (top-k feedback's first pass: the value to send, and a cleared accumulator).
+__global__ void add_clear_kernel(float* x, float* r, int64_t n) {
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+    r[i] = rz_add(x[i], r[i]);
+    x[i] = 0.0f;
+  }
+}
+
 __global__ void to_values_kernel(const uint8_t* payload, int64_t k, float* vals) {
   for (int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; j <= k; j += (int64_t)gridDim.x * blockDim.x)
     vals[j] = j == 0 ? (ld_u32(payload + 4) ? u2f(0x7fc00000u) : 0.f) : u2f(ld_u32(payload + 8 + 4 * (j - 1)));
@@ -263,6 +282,27 @@ void topk_decode(const Ctx& c, const Spec& sp, const uint8_t* in, int64_t n, flo
   else
     scatter_kernel<false><<<grid_for(k, 256), 256, 0, c.stream>>>(in + 4, nullptr, in + 4 + 4 * k, k, n, out, nullptr);
   RZ_LAUNCH_CHECK("topk scatter");
+}
+
+void topk_residual(const Ctx& c, const Spec& sp, const uint8_t* in, const float* x, int64_t n, float* r) {
+  const int64_t k = k_for(sp, n);
+  // Where nothing was sent x - 0 is x itself (as sparse_cpu.cc: a copy, then the k sent elements).
+  if (n && r != x) RZ_CUDA_CHECK(cudaMemcpyAsync(r, x, 4 * n, cudaMemcpyDeviceToDevice, c.stream));
+  if (k == 0) return;
+  topk_residual_kernel<<<grid_for(k, 256), 256, 0, c.stream>>>(in + 4, in + 4 + 4 * k, k, n, x, r);
+  RZ_LAUNCH_CHECK("topk residual");
+}
+
+void topk_feedback(const Ctx& c, const Spec& sp, float* x, float* r, int64_t n, uint8_t* out) {
+  if (n) {
+    add_clear_kernel<<<grid_for(n, 256 * 8, 4096), 256, 0, c.stream>>>(x, r, n);
+    RZ_LAUNCH_CHECK("topk feedback add");
+  }
+  topk_encode(c, sp, r, n, out);  // writes the header even for n == 0
+  const int64_t k = k_for(sp, n);
+  if (k == 0) return;
+  topk_residual_kernel<<<grid_for(k, 256), 256, 0, c.stream>>>(out + 4, nullptr, k, n, r, r);
+  RZ_LAUNCH_CHECK("topk feedback clear");
 }
 
 void randomk_encode(const Ctx& c, const Spec& sp, const float* x, int64_t n, int64_t off, const RngKey& key,

@@ -101,6 +101,28 @@ class CudaCompute final : public Compute {
     Scratch sc(*this);
     codec::cuda::decode_add_encode(sc.ctx, sp, in, bytes, local, n, off, dk, ek, out);
   }
+  // The fused error-feedback steps (codec_cuda.h): same payloads and residuals as the CPU's.
+  // None of them reports a finite residual (that would take a host sync): callers then run
+  // drop_nonfinite, a device-side scan.
+  bool decode_residual(const codec::Spec& sp, const uint8_t* in, size_t bytes, int64_t n, int64_t off,
+                       const codec::RngKey& k, const float* x, float* r) override {
+    Scratch sc(*this);
+    codec::cuda::residual(sc.ctx, sp, in, bytes, x, n, off, k, r);
+    return false;
+  }
+  bool encode_feedback(const codec::Spec& sp, const float* x, float* r, int64_t n, int64_t off,
+                       const codec::RngKey& k, uint8_t* out, bool& finite) override {
+    Scratch sc(*this);
+    codec::cuda::encode_feedback(sc.ctx, sp, x, r, n, off, k, out);
+    finite = false;
+    return true;
+  }
+  bool topk_feedback(const codec::Spec& sp, float* x, float* r, int64_t n, uint8_t* out, bool& finite) override {
+    Scratch sc(*this);
+    codec::cuda::topk_feedback(sc.ctx, sp, x, r, n, out);
+    finite = false;
+    return true;
+  }
   void randomk_to_values(const uint8_t* payload, size_t k, float* vals) override {
     codec::cuda::randomk_to_values(s_.stream(), payload, k, vals);
   }

@@ -1,5 +1,5 @@
 // Python entry points of the codec kernels: ringzip._C.codec.{encode, decode, decode_accumulate,
-// decode_add_encode, encoded_bytes, k_for, biased, name}. Thin: checks tensors, converts them to
+// decode_add_encode, encode_feedback, residual, topk_feedback, encoded_bytes, k_for, biased, name}. Thin: checks tensors, converts them to
 // raw pointers, releases the GIL around the kernel. std::invalid_argument -> ValueError,
 // std::runtime_error -> RuntimeError (pybind11's standard translation).
 #include <ATen/ATen.h>
@@ -25,10 +25,7 @@ constexpr const char* kModule = "ringzip.codec";
 void check_cpu_contig(const at::Tensor& t, const char* what) { pyargs::check_contiguous_on(kModule, t, what, false); }
 cd::InType in_type(const at::Tensor& x) { return pyargs::in_type(kModule, x); }
 
-void check_f32(const at::Tensor& t, const char* what) {
-  check_cpu_contig(t, what);
-  if (t.scalar_type() != at::kFloat) bad(std::string(what) + " must be float32, got " + c10::toString(t.scalar_type()));
-}
+void check_f32(const at::Tensor& t, const char* what) { pyargs::check_f32_on(kModule, t, what, false); }
 
 void check_payload(const at::Tensor& p) {
   check_cpu_contig(p, "payload");
@@ -111,9 +108,7 @@ std::tuple<at::Tensor, bool> encode_feedback(const std::string& spec, const at::
                                              uint32_t seq, uint32_t stream, int64_t off, int64_t bucket,
                                              bool stochastic) {
   cd::Spec sp = cd::parse(spec, bucket, stochastic);
-  check_f32(x, "x");
-  check_f32(r, "r");
-  if (x.numel() != r.numel()) bad("x and r must have the same number of elements");
+  pyargs::check_feedback_args(kModule, x, r, false);
   check_offset(off);
   int64_t n = x.numel();
   at::Tensor out = at::empty({(int64_t)cd::encoded_bytes(sp, n)}, at::kByte);
@@ -126,12 +121,25 @@ std::tuple<at::Tensor, bool> encode_feedback(const std::string& spec, const at::
   return {out, finite};
 }
 
-at::Tensor topk_feedback(const std::string& spec, at::Tensor& x, at::Tensor& r) {
-  cd::Spec sp = cd::parse(spec, 512, true);
-  if (sp.kind != cd::Kind::TopK) bad("topk_feedback needs a topk:R codec, got '" + spec + "'");
+std::tuple<at::Tensor, bool> residual(const std::string& spec, const at::Tensor& payload, const at::Tensor& x,
+                                      uint64_t seed, uint32_t seq, uint32_t stream, int64_t off, int64_t bucket) {
+  cd::Spec sp = cd::parse(spec, bucket, true);
+  check_payload(payload);
   check_f32(x, "x");
-  check_f32(r, "r");
-  if (x.numel() != r.numel()) bad("x and r must have the same number of elements");
+  check_offset(off);
+  at::Tensor r = at::empty_like(x);
+  bool finite;
+  {
+    py::gil_scoped_release nogil;
+    finite = cd::residual(sp, payload.data_ptr<uint8_t>(), payload.numel(), x.data_ptr<float>(), x.numel(), off,
+                          key_of(seed, seq, stream), r.data_ptr<float>());
+  }
+  return {r, finite};
+}
+
+at::Tensor topk_feedback(const std::string& spec, at::Tensor& x, at::Tensor& r) {
+  const cd::Spec sp = pyargs::topk_spec(kModule, spec);
+  pyargs::check_feedback_args(kModule, x, r, false);
   int64_t n = x.numel();
   at::Tensor out = at::empty({(int64_t)cd::encoded_bytes(sp, n)}, at::kByte);
   {
@@ -161,6 +169,10 @@ void bind_codec(py::module_& m) {
         "elem_offset"_a = 0, "bucket"_a = 512, "stochastic"_a = true,
         "Error feedback on an encode: payload = encode(x + r), then r = x + r - decode(payload) in place; "
         "returns (payload, whether r is finite).");
+  c.def("residual", &residual, "spec"_a, "payload"_a, "x"_a, "seed"_a, "seq"_a, "stream"_a, "elem_offset"_a = 0,
+        "bucket"_a = 512,
+        "Error feedback: r = x - decode(payload), payload being x's encoding; returns (r, whether r is known "
+        "to be finite).");
   c.def("topk_feedback", &topk_feedback, "spec"_a, "x"_a, "r"_a,
         "Top-k with error feedback in one pass (in place): r += x, x = 0, payload = encode(r), r -= decode(payload).");
   c.def("encoded_bytes", [](const std::string& spec, int64_t n, int64_t bucket) {

@@ -5,10 +5,12 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/csrc/utils/pybind.h>
 
+#include <tuple>
 #include <vector>
 
 #include "backend/backend.h"
 #include "codec/codec_cuda.h"
+#include "collective/cuda_compute.h"
 #include "python/bindings.h"
 #include "python/tensor_args.h"
 #include "transport/nccl/nccl_transport.h"
@@ -87,6 +89,55 @@ at::Tensor decode_add_encode(const std::string& spec, const at::Tensor& p, const
   return out;
 }
 
+// The fused error-feedback ops as the CUDA path runs them: through its Compute
+// (collective/cuda_compute.cc) on the current stream. r is updated in place; the flags say
+// whether r is known to be finite (never, on the device: see codec_cuda.h).
+void check_f32_cuda(const at::Tensor& t, const char* what) { pyargs::check_f32_on(kModule, t, what, true); }
+
+std::unique_ptr<Compute> compute_on(const at::Tensor& t) {
+  return make_cuda_compute(c10::cuda::getCurrentCUDAStream(t.device().index()));
+}
+
+std::tuple<at::Tensor, bool> encode_feedback(const std::string& spec, const at::Tensor& x, at::Tensor& r, uint64_t seed,
+                                             uint32_t seq, uint32_t stream, int64_t off, int64_t bucket,
+                                             bool stochastic) {
+  cd::Spec sp = cd::parse(spec, bucket, stochastic);
+  pyargs::check_feedback_args(kModule, x, r, true);
+  if (off < 0) bad("elem_offset must be >= 0");
+  c10::cuda::CUDAGuard g(x.device());
+  at::Tensor out = at::empty({(int64_t)cd::encoded_bytes(sp, x.numel())}, x.options().dtype(at::kByte));
+  bool finite = false;
+  if (!compute_on(x)->encode_feedback(sp, x.data_ptr<float>(), r.data_ptr<float>(), x.numel(), off,
+                                      key_of(seed, seq, stream), out.data_ptr<uint8_t>(), finite))
+    bad("encode_feedback is not fused for " + spec);
+  return {out, finite};
+}
+
+std::tuple<at::Tensor, bool> residual(const std::string& spec, const at::Tensor& p, const at::Tensor& x, uint64_t seed,
+                                      uint32_t seq, uint32_t stream, int64_t off, int64_t bucket) {
+  cd::Spec sp = cd::parse(spec, bucket, true);
+  check_cuda_contig(p, "payload");
+  check_f32_cuda(x, "x");
+  if (off < 0) bad("elem_offset must be >= 0");
+  c10::cuda::CUDAGuard g(x.device());
+  at::Tensor r = at::empty_like(x);
+  const bool finite = compute_on(x)->decode_residual(sp, p.data_ptr<uint8_t>(), p.numel(), x.numel(), off,
+                                                     key_of(seed, seq, stream), x.data_ptr<float>(), r.data_ptr<float>());
+  return {r, finite};
+}
+
+at::Tensor topk_feedback(const std::string& spec, at::Tensor& x, at::Tensor& r) {
+  const cd::Spec sp = pyargs::topk_spec(kModule, spec);
+  pyargs::check_feedback_args(kModule, x, r, true);
+  c10::cuda::CUDAGuard g(x.device());
+  at::Tensor out = at::empty({(int64_t)cd::encoded_bytes(sp, x.numel())}, x.options().dtype(at::kByte));
+  bool finite = false;
+  if (!compute_on(x)->topk_feedback(sp, x.data_ptr<float>(), r.data_ptr<float>(), x.numel(), out.data_ptr<uint8_t>(),
+                                    finite))
+    bad("topk_feedback is not fused on CUDA");
+  return out;
+}
+
 at::Tensor topk_indices(const at::Tensor& x, int64_t k) {
   check_cuda_contig(x, "x");
   if (x.scalar_type() != at::kFloat) bad("x must be float32");
@@ -110,6 +161,11 @@ void bind_cuda(py::module_& m) {
         "elem_offset"_a = 0, "bucket"_a = 512);
   c.def("decode_add_encode", &decode_add_encode, "spec"_a, "payload"_a, "local"_a, "seed"_a, "seq"_a, "dec_stream"_a,
         "enc_stream"_a, "elem_offset"_a = 0, "bucket"_a = 512, "stochastic"_a = true);
+  c.def("encode_feedback", &encode_feedback, "spec"_a, "x"_a, "r"_a, "seed"_a, "seq"_a, "stream"_a,
+        "elem_offset"_a = 0, "bucket"_a = 512, "stochastic"_a = true);
+  c.def("residual", &residual, "spec"_a, "payload"_a, "x"_a, "seed"_a, "seq"_a, "stream"_a, "elem_offset"_a = 0,
+        "bucket"_a = 512);
+  c.def("topk_feedback", &topk_feedback, "spec"_a, "x"_a, "r"_a);
   c.def("topk_indices", &topk_indices, "x"_a, "k"_a);
   c.def("nccl_version", [] { return nccl_runtime_version(); });
   c.def("enable", [](RingzipBackend& b, const c10::intrusive_ptr<c10d::Store>& store) { b.enable_cuda(store); },

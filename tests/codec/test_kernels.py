@@ -89,6 +89,20 @@ def test_topk_sampled_selection_is_exact():
         assert torch.equal(C.encode(spec, x, 0, 0, 0), R.encode(spec, x, 0, 0, 0))
 
 
+@pytest.mark.parametrize("spec", ALL)
+def test_residual_is_x_minus_decode(spec):
+    """codec.residual (error feedback, the oracle of the CUDA twin's parity test): r = x -
+    decode(payload), and whether r is known to be finite (top-k: not scanned, says False)."""
+    for n in (0, 1, 1000, 10_007):
+        x = sample(n, seed=9)
+        p = C.encode(spec, x, 3, 5, 2, 11)
+        r, finite = C.residual(spec, p, x, 3, 5, 2, 11)
+        want = x - C.decode(spec, p, n, 3, 5, 2, 11)
+        assert bits_equal(r, want), (spec, n)
+        if not spec.startswith("topk") and n:
+            assert finite == bool(torch.isfinite(want).all())
+
+
 @pytest.mark.parametrize("spec,stochastic", [("q8", True), ("q4", False), ("q2", True), ("q1", True), ("fp16", True)])
 @pytest.mark.parametrize("n,bucket", [(0, 512), (1, 8), (1000, 64), (70_001, 512)])
 def test_encode_feedback_matches_add_encode_residual(spec, stochastic, n, bucket):

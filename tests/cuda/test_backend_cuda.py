@@ -1,8 +1,5 @@
 """Every codec and algorithm on CUDA tensors at world size 1 (NCCL transport, CUDA kernels):
 results equal the CPU path's bit for bit; CUDA stream semantics (work.wait, futures, DDP)."""
-import os
-from datetime import timedelta
-
 import pytest
 import torch
 import torch.distributed as dist
@@ -12,18 +9,6 @@ import ringzip
 pytestmark = pytest.mark.cuda
 CODECS = ["none", "fp16", "bf16", "q8", "q4", "q2", "q1", "topk:0.01", "randomk:0.1"]
 ALGOS = ["auto", "ring", "rd", "sra", "sparse"]
-
-
-@pytest.fixture(scope="module")
-def group(tmp_path_factory):
-    if not torch.cuda.is_available() or not hasattr(ringzip._C, "cuda"):
-        pytest.skip("no CUDA")
-    os.environ.pop("RINGZIP_TRANSPORT", None)
-    store = dist.FileStore(str(tmp_path_factory.mktemp("s") / "store"), 1)
-    dist.init_process_group("ringzip", store=store, rank=0, world_size=1, timeout=timedelta(seconds=60))
-    assert ringzip._C.cuda.enabled(ringzip.backend_of())
-    yield
-    dist.destroy_process_group()
 
 
 @pytest.mark.parametrize("codec", CODECS)

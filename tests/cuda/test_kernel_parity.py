@@ -111,3 +111,82 @@ def test_topk_indices_rule():
     got = GPU.topk_indices(big.cuda(), k).cpu()
     ref = torch.topk(big.abs(), k).indices.sort().values.to(torch.int32)
     assert torch.equal(got, ref)
+
+
+# ---- error feedback: the fused ops of the CUDA path's Compute (collective/cuda_compute.cc) --------------
+# ringzip._C.cuda.{residual, encode_feedback, topk_feedback} run through the Compute the CUDA
+# collectives use, on the current stream. They never report a finite residual (that would need a
+# host sync): the collectives then scan it on the device.
+
+FEEDBACK = ["none", "fp16", "bf16", *QUANT, "topk:0.01", "topk:0.3", "randomk:0.05"]
+FB_SIZES = [0, 1, 9, 1000, 65_537]
+
+
+def same_topk_payload(p, q, n, spec):
+    """Top-k payloads: count and indices byte for byte, values as floats (NaN payload bits aside)."""
+    p, q = p.cpu(), q.cpu()
+    k = CPU.k_for(spec, n)
+    head = 4 + 4 * k
+    return p.numel() == q.numel() and torch.equal(p[:head], q[:head]) and \
+        same_floats(p[head:].view(torch.float32), q[head:].view(torch.float32))
+
+
+@pytest.mark.parametrize("spec", FEEDBACK)
+def test_residual_parity(spec):
+    for n in FB_SIZES:
+        for special in (False, True):
+            x = sample(n, seed=n + 1, special=special)
+            for stochastic in modes(spec):
+                for off in (0, 3):
+                    p = CPU.encode(spec, x, SEED, SEQ, STREAM, off, 512, stochastic)
+                    r1, _ = CPU.residual(spec, p, x, SEED, SEQ, STREAM, off, 512)
+                    r2, finite = GPU.residual(spec, p.cuda(), x.cuda(), SEED, SEQ, STREAM, off, 512)
+                    assert finite is False
+                    assert same_floats(r1, r2), (spec, n, special, stochastic, off)
+
+
+@pytest.mark.parametrize("spec", FEEDBACK)
+@pytest.mark.parametrize("bucket", [8, 512, 4096])
+def test_encode_feedback_parity(spec, bucket):
+    for n in FB_SIZES:
+        # NaN/Inf: the q-codecs' payload of a non-finite bucket is fixed (NaN scale, zero codes);
+        # other codecs carry the sum's NaN, whose payload bits GPU arithmetic canonicalizes.
+        for special in (False, True) if spec in QUANT else (False,):
+            x = sample(n, seed=7, special=special)
+            r = sample(n, seed=8) * 0.25
+            for stochastic in modes(spec):
+                for off in (0, 5):
+                    r1, r2 = r.clone(), r.cuda()
+                    p1, _ = CPU.encode_feedback(spec, x, r1, SEED, SEQ, STREAM, off, bucket, stochastic)
+                    p2, finite = GPU.encode_feedback(spec, x.cuda(), r2, SEED, SEQ, STREAM, off, bucket, stochastic)
+                    assert finite is False
+                    assert torch.equal(p1, p2.cpu()), (spec, n, bucket, special, stochastic, off)
+                    assert same_floats(r1, r2), (spec, n, bucket, special, stochastic, off)
+
+
+@pytest.mark.parametrize("spec", ["topk:0.01", "topk:0.3", "topk:1"])
+def test_topk_feedback_parity(spec):
+    for n in [0, 1, 7, 1000, 70_000, 1_000_003]:
+        for special in (False, True):
+            x = sample(n, seed=11, special=special)
+            r = sample(n, seed=12) * 0.5
+            x1, r1, x2, r2 = x.clone(), r.clone(), x.cuda(), r.cuda()
+            p1 = CPU.topk_feedback(spec, x1, r1)
+            p2 = GPU.topk_feedback(spec, x2, r2)
+            if special:
+                assert same_topk_payload(p1, p2, n, spec), (spec, n)
+            else:
+                assert torch.equal(p1, p2.cpu()), (spec, n)
+            assert same_floats(r1, r2), (spec, n, special)
+            assert torch.equal(x1, x2.cpu()), (spec, n, special)  # cleared for the sparse sum
+
+
+def test_feedback_ops_keep_other_inputs():
+    """encode_feedback leaves x alone; residual leaves x alone (only r and the payload change)."""
+    x = sample(10_007, seed=21)
+    xd = x.cuda()
+    r = torch.zeros_like(xd)
+    GPU.encode_feedback("q4", xd, r, SEED, SEQ, STREAM)
+    p = GPU.encode("q4", xd, SEED, SEQ, STREAM)
+    GPU.residual("q4", p, xd, SEED, SEQ, STREAM)
+    assert torch.equal(xd.cpu(), x)

@@ -4,6 +4,7 @@
 #include <c10/util/Exception.h>
 
 #include <cstring>
+#include <exception>
 
 namespace ringzip {
 
@@ -43,17 +44,33 @@ NcclComm::~NcclComm() {
   }
 }
 
+ncclComm_t NcclComm::get() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  TORCH_CHECK_WITH(DistBackendError, comm_ != nullptr, "ringzip (nccl): the communicator on cuda:", device_,
+                   " was aborted after an earlier failure");
+  return comm_;
+}
+
 void NcclComm::check_async() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!comm_) return;  // aborted: its failure was reported then
   ncclResult_t r = ncclSuccess;
   nccl_check(ncclCommGetAsyncError(comm_, &r), "ncclCommGetAsyncError");
-  nccl_check(r, "an earlier NCCL operation");
+  nccl_check(r, "an earlier NCCL operation (asynchronous error)");
 }
 
 void NcclComm::abort() {
+  std::lock_guard<std::mutex> lock(mu_);
   if (comm_) {
-    ncclCommAbort(comm_);
+    c10::cuda::CUDAGuard g(static_cast<c10::DeviceIndex>(device_));
+    ncclCommAbort(comm_);  // its result is not actionable: the communicator is gone either way
     comm_ = nullptr;
   }
+}
+
+bool NcclComm::aborted() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return comm_ == nullptr;
 }
 
 namespace {
@@ -71,12 +88,20 @@ class NcclRequest final : public Request {
 }  // namespace
 
 NcclTransport::NcclTransport(std::shared_ptr<NcclComm> comm, cudaStream_t stream)
-    : comm_(std::move(comm)), stream_(stream) {}
+    : comm_(std::move(comm)), stream_(stream), unwinding_(std::uncaught_exceptions()) {}
 
 NcclTransport::~NcclTransport() {
-  try {
-    flush();
-  } catch (...) {
+  if (std::uncaught_exceptions() == unwinding_) {  // a failed call issues nothing more
+    try {
+      flush();
+    } catch (...) {
+    }
+  }
+  // NCCL's group depth belongs to the thread: a failure inside group_start()/group_end() must
+  // not leave the thread's later NCCL calls (a new group's) inside a group that never ends.
+  while (depth_ > 0) {
+    --depth_;
+    (void)ncclGroupEnd();
   }
 }
 
@@ -126,7 +151,12 @@ void NcclTransport::flush() {
   std::vector<Op> ops;
   ops.swap(pending_);
   nccl_check(ncclGroupStart(), "ncclGroupStart");
-  for (const auto& op : ops) issue(op);
+  try {
+    for (const auto& op : ops) issue(op);
+  } catch (...) {
+    (void)ncclGroupEnd();  // the thread's group depth, as in the destructor
+    throw;
+  }
   nccl_check(ncclGroupEnd(), "ncclGroupEnd");
 }
 

@@ -7,11 +7,15 @@
 // so algorithms that post all their transfers before waiting can't deadlock on NCCL's
 // blocking-on-the-GPU point-to-point semantics. Tags are not sent: NCCL matches sends and
 // receives between two ranks in posting order, which every algorithm keeps (docs/gpu.md).
+// A request's wait() takes no timeout of its own: the backend's CUDA watchdog enforces the
+// call's deadline on the device, and its ncclCommAbort unblocks a post stuck inside NCCL (the
+// first transfer to a peer connects to it, on the host, inside ncclGroupEnd).
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -25,22 +29,28 @@ void nccl_check(ncclResult_t r, const char* what);
 int nccl_runtime_version();
 
 // One communicator of a group on one device, created collectively (the unique id travels
-// through the store under `key`).
+// through the store under `key`). Thread-safe: a watchdog may check or abort it while another
+// thread issues work on it.
 class NcclComm {
  public:
   NcclComm(const c10::intrusive_ptr<c10d::Store>& store, const std::string& key, int rank, int size, int device);
-  ~NcclComm();
+  ~NcclComm();  // ncclCommDestroy unless aborted
   NcclComm(const NcclComm&) = delete;
   NcclComm& operator=(const NcclComm&) = delete;
-  ncclComm_t get() const { return comm_; }
+  // The communicator; throws DistBackendError once aborted.
+  ncclComm_t get() const;
   int rank() const { return rank_; }
   int size() const { return size_; }
   int device() const { return device_; }
   // Throws if NCCL reported an asynchronous error (a peer failed, a network error).
   void check_async() const;
+  // ncclCommAbort: operations in flight on it end (without completing); later get() throws.
+  // Idempotent.
   void abort();
+  bool aborted() const;
 
  private:
+  mutable std::mutex mu_;
   ncclComm_t comm_ = nullptr;
   int rank_, size_, device_;
 };
@@ -74,6 +84,7 @@ class NcclTransport final : public Transport {
   cudaStream_t stream_;
   int depth_ = 0;
   std::vector<Op> pending_;
+  int unwinding_;  // std::uncaught_exceptions() at construction
 };
 
 }  // namespace ringzip

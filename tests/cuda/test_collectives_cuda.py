@@ -1,0 +1,71 @@
+"""Every collective on the CUDA path at world size 1 (in process): the result on CUDA tensors
+equals the host path's on the same data, bit for bit (cases in _cases.py); and the CUDA Work's
+status methods. The 2-rank version of the same cases: test_multiprocess_cuda.py."""
+import os
+from datetime import timedelta
+
+import pytest
+import torch
+import torch.distributed as dist
+
+import ringzip
+
+pytestmark = pytest.mark.cuda
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _cases_module():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("ringzip_cuda_cases", os.path.join(HERE, "_cases.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture(scope="module")
+def cases():
+    if not torch.cuda.is_available() or not hasattr(ringzip._C, "cuda"):
+        pytest.skip("no CUDA")
+    return _cases_module()
+
+
+def _names():
+    # Collected without a GPU too (then skipped): the list does not depend on the device.
+    try:
+        return list(_cases_module().cases(1))
+    except Exception:  # noqa: BLE001 -- e.g. a CPU-only torch: the tests are skipped anyway
+        return ["unavailable"]
+
+
+@pytest.mark.parametrize("name", _names())
+def test_matches_host_path(group, cases, name):
+    table = cases.cases(1)
+    cases.run(name, table[name], 0, 1)
+
+
+def test_work_status_and_stream_semantics(group, cases):
+    cases.options()
+    x = torch.ones(1 << 20, device="cuda")
+    w = dist.all_reduce(x, async_op=True)
+    assert w.wait()  # the current stream waits; the host need not
+    torch.cuda.synchronize()
+    assert w.is_completed() and w.is_success() and w.exception() is None
+    assert torch.equal(x, torch.ones_like(x))
+    # An explicit timeout blocks the host until the work is done.
+    w = dist.all_reduce(x, async_op=True)
+    assert w.wait(timeout=timedelta(seconds=30))
+    assert w.is_completed()
+
+
+def test_barrier_on_device_blocks_the_host(group, cases):
+    cases.options()
+    w = dist.barrier(device_ids=[torch.cuda.current_device()], async_op=True)
+    w.wait()  # a device barrier's wait blocks the host until done
+    assert w.is_completed() and w.is_success()
+
+
+def test_recv_from_any_source_is_refused(group):
+    with pytest.raises(ValueError, match="any source"):
+        dist.recv(torch.zeros(4, device="cuda"))
