@@ -1,7 +1,8 @@
 // Log-step all-reduce for small messages: ranks beyond the largest power of two fold their
 // data into a partner first and receive the result last; the rest exchange whole buffers
-// with partner rank^mask for each mask. Both partners compute op(a, b) of the same two
-// values, and the ops are commutative, so every rank ends bitwise identical.
+// with partner rank^mask for each mask. Both partners compute op(lower rank's, higher rank's):
+// MIN / MAX of +0 and -0, and NaN payloads under SUM, depend on the operand order, so the same
+// order on both sides is what keeps every rank bitwise identical.
 #include <vector>
 
 #include "collective/algorithms.h"
@@ -39,7 +40,12 @@ void rd_allreduce(Comm& c, Buf data, RedOp op) {
     c.net.group_end();
     c.wait(*q, partner, "exchange receive from");
     c.wait(*s, partner, "exchange send to");
-    c.dev.reduce_into(data.dtype, op, data.data, scratch, data.count);
+    if (partner < r) {  // op(partner's, own), left in scratch, then moved to data
+      c.dev.reduce_into(data.dtype, op, scratch, data.data, data.count);
+      c.dev.copy(data.data, scratch, data.bytes());
+    } else {
+      c.dev.reduce_into(data.dtype, op, data.data, scratch, data.count);
+    }
   }
   if (r < extra) {
     auto s = c.isend(data.data, data.bytes(), r + p, last_step);

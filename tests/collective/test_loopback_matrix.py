@@ -350,19 +350,12 @@ def test_dense_every_dtype_and_op(mode, dtype):
              f"ring all-reduce {dtype} {op}, {mode}")
 
 
-RD_SIGNED_ZERO = ("recursive doubling: partners compute op(own, partner's) in opposite operand orders, and MIN / MAX "
-                  "of +0 and -0 return the second operand, so replicas end with different signs of zero "
-                  "(DESIGN.md §3.2; collective/recursive_doubling.cc assumes the ops commutative bit for bit)")
-
-
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("n", [2, 3, 5])
 @pytest.mark.parametrize("algo", DENSE_ALGOS)
 @pytest.mark.parametrize("op", ["min", "max"])
 def test_dense_replicas_identical_with_signed_zeros(request, mode, n, algo, op):
-    size = 5000  # 20 kB: auto picks recursive doubling
-    if RC.choose_allreduce(4 * size, n, algo) == "rd":
-        request.applymarker(pytest.mark.xfail(strict=True, reason=RD_SIGNED_ZERO))
+    size = 5000  # 20 kB: auto picks recursive doubling (whose partners once reduced in opposite orders)
     xs = [torch.full((size,), -0.0 if r % 2 == 0 else 0.0) for r in range(n)]
     out = L.collective("allreduce", xs, mode=mode, algorithm=algo, reduce_op=op)
     same(out, RC.allreduce(xs, op, algo), f"{algo} {op} of signed zeros, {n} ranks, {mode}")

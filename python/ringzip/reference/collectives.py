@@ -113,7 +113,7 @@ def allreduce(xs, op="sum", algo="auto", seq=0):
         v[r] = reduce_into(op, v[r], d[r + p])
     mask = 1
     while mask < p:
-        v = [reduce_into(op, v[r], v[r ^ mask]) for r in range(p)]
+        v = [reduce_into(op, v[min(r, r ^ mask)], v[max(r, r ^ mask)]) for r in range(p)]
         mask <<= 1
     return [v[r].clone() for r in range(p)] + [v[r - p].clone() for r in range(p, n)]
 
