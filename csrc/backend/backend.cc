@@ -113,6 +113,7 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::submit(c10d::OpType type, const c
                                                       Body body, uint32_t nseq, const Fingerprint& fp) {
   const auto to = effective(timeout);
   auto work = c10::make_intrusive<CollectiveWork>(rank_, type, name, std::move(outputs), to);
+  work->set_blocked_check([this] { return tl_running == this; });
   Task task = [this, work, body = std::move(body), nseq, to, name, fp, check = check_.load()]() -> Finish {
     const uint64_t seq = seq_.fetch_add(nseq);
     work->set_sequence_number(seq);

@@ -26,6 +26,14 @@ void CollectiveWork::fail(std::exception_ptr e) {
 }
 
 bool CollectiveWork::wait(std::chrono::milliseconds timeout) {
+  // Waiting, inside a callback of the group's running task, for a call queued behind that task
+  // would wait forever: say so instead (README, "semantics").
+  if (!started_.load() && blocked_ && blocked_()) {
+    TORCH_CHECK_WITH(DistBackendError, false, "ringzip: wait() on ", name_,
+                     " from a future callback of the same group: the call was queued by another thread and "
+                     "runs only after this callback returns, so it would wait forever. Issue the collective "
+                     "from the callback itself (it then runs at once) or wait for it outside the callback");
+  }
   std::unique_lock<std::mutex> lock(mutex_);
   if (timeout == kNoTimeout) {
     cv_.wait(lock, [&] { return completed_; });

@@ -18,7 +18,14 @@ class CollectiveWork final : public c10d::Work {
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
   std::vector<at::Tensor> result() override { return outputs_; }
   uint64_t getSequencenumber() const override { return seq_.load(); }
-  void set_sequence_number(uint64_t seq) { seq_.store(seq); }  // taken when the call starts
+  // Taken when the call starts.
+  void set_sequence_number(uint64_t seq) {
+    seq_.store(seq);
+    started_.store(true);
+  }
+  // True when the calling thread runs a task of this work's group (a future callback on the
+  // worker): a work queued behind that task cannot start before the callback returns.
+  void set_blocked_check(std::function<bool()> blocked) { blocked_ = std::move(blocked); }
   std::chrono::milliseconds getTimeout() const { return timeout_; }  // virtual in torch >= 2.12 only
   void complete();
   void fail(std::exception_ptr e);
@@ -28,6 +35,8 @@ class CollectiveWork final : public c10d::Work {
   std::string name_;
   std::vector<at::Tensor> outputs_;
   std::atomic<uint64_t> seq_{0};
+  std::atomic<bool> started_{false};
+  std::function<bool()> blocked_;
   std::chrono::milliseconds timeout_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
 };

@@ -59,6 +59,26 @@ def minimal_case(ctx):
         futs = [_chained(g, 100 + i, True) for i in range(8)]
         for i, f in enumerate(futs):
             assert torch.equal(f.wait(), torch.full((100 + i,), float(ws * ws)))
+    with chk.case("chain/wait_for_a_call_queued_behind_raises"):
+        # w1's callback runs on the worker (w0 keeps it busy until the callback is attached) and
+        # waits for w2, which the main thread queued after w1: it could never start.
+        w0 = dist.all_reduce(torch.ones(1 << 22), async_op=True)
+        w1 = dist.all_reduce(torch.ones(3), async_op=True)
+        w2 = dist.all_reduce(torch.ones(4), async_op=True)
+        seen = []
+
+        def cb(fut):
+            try:
+                w2.wait()
+            except Exception as e:  # noqa: BLE001
+                seen.append(str(e))
+            return fut.value()
+
+        f = w1.get_future().then(cb)
+        f.wait()
+        w0.wait()
+        w2.wait()  # it ran after the callback returned: the group is fine
+        assert seen and "would wait forever" in seen[0], seen
     dist.destroy_process_group()
     return chk.result()
 
