@@ -58,7 +58,7 @@ void RingzipBackend::shutdown() {
 #ifdef RINGZIP_WITH_CUDA
   if (cuda_) shutdown_cuda();  // its watchdog asks the mismatch watch: joined first
 #endif
-  stop_watchdog();
+  watch_.reset();  // joins the mismatch watch thread
   net_->close();  // threads and sockets go now, even while Python still holds the group
 }
 

@@ -165,7 +165,6 @@ class RingzipBackend final : public c10d::Backend {
   using Task = std::function<Finish()>;
   void run_worker();
   void run_task(const Task& task);
-  void stop_watchdog() { watch_.reset(); }
   std::chrono::milliseconds effective(std::chrono::milliseconds t) const;
 
   // Compressed variants of allreduce / reduce-scatter (compressed_ops.cc); nullptr when the

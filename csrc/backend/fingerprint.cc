@@ -79,8 +79,6 @@ uint32_t Fingerprint::tag_key() const {
   return static_cast<uint32_t>((h ^ (h >> 14) ^ (h >> 28) ^ (h >> 42)) & 0x3FFFu);
 }
 
-bool Fingerprint::same_call(const Fingerprint& o) const { return first_difference(*this, o) == nullptr; }
-
 void Fingerprint::set_tensors(const std::vector<at::Tensor>& tensors) {
   uint64_t h = 0xCBF29CE484222325ull;
   int64_t total = 0;

@@ -47,8 +47,6 @@ struct Fingerprint {
   // 14 bits mixed into the call's tags (Comm::tag_key): a hash of every field but seq, which
   // the tags hold already. Two different calls share it with probability 2^-14.
   uint32_t tag_key() const;
-  // Equal calls: every field but seq and the padding.
-  bool same_call(const Fingerprint& o) const;
 };
 static_assert(sizeof(Fingerprint) == 64, "fingerprint records are fixed-size on the wire");
 
