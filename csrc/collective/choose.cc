@@ -1,5 +1,9 @@
-// Which algorithm runs (docs/algorithms.md), and the dense all-reduce's dispatch.
+// Which algorithm runs: the one place where dense and compressed algorithms are chosen
+// (docs/algorithms.md), and the dense all-reduce's dispatch.
+#include <stdexcept>
+
 #include "collective/algorithms.h"
+#include "collective/compressed.h"
 
 namespace ringzip {
 
@@ -21,6 +25,31 @@ void allreduce(Comm& c, Buf data, RedOp op, AllreduceAlgo algo) {
     case AllreduceAlgo::Star: return star_allreduce(c, data, op);
     default: return rd_allreduce(c, data, op);
   }
+}
+
+CompressedAlgo choose_compressed(const codec::Spec& spec, CompressedAlgo requested) {
+  const bool sparse = spec.kind == codec::Kind::TopK || spec.kind == codec::Kind::RandomK;
+  if (sparse) return CompressedAlgo::Sparse;  // dense algorithms can't carry index/value pairs
+  if (requested == CompressedAlgo::Sparse || requested == CompressedAlgo::Auto) return CompressedAlgo::Sra;
+  return requested;
+}
+
+CompressedAlgo parse_compressed_algo(const std::string& s) {
+  if (s == "auto") return CompressedAlgo::Auto;
+  if (s == "ring") return CompressedAlgo::Ring;
+  if (s == "sra") return CompressedAlgo::Sra;
+  if (s == "sparse") return CompressedAlgo::Sparse;
+  throw std::invalid_argument("unknown compressed algorithm '" + s + "' (expected auto, ring, sra or sparse)");
+}
+
+const char* compressed_algo_name(CompressedAlgo a) {
+  switch (a) {
+    case CompressedAlgo::Auto: return "auto";
+    case CompressedAlgo::Ring: return "ring";
+    case CompressedAlgo::Sra: return "sra";
+    case CompressedAlgo::Sparse: return "sparse";
+  }
+  return "?";
 }
 
 }  // namespace ringzip
