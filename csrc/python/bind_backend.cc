@@ -6,6 +6,7 @@
 #include "backend/backend.h"
 #include "python/bindings.h"
 #include "transport/gloo/gloo_transport.h"
+#include "transport/stream_ordered/stream_ordered_transport.h"
 
 namespace py = pybind11;
 
@@ -45,16 +46,19 @@ namespace ringzip {
 
 void bind_backend(py::module_& m) {
   py::class_<RingzipBackend, c10d::Backend, NoGilPtr<RingzipBackend>>(m, "RingzipBackend")
+      // stream_ordered (tests): Gloo behind NCCL's semantics, so schedules run grouped on the CPU.
       .def(py::init([](const c10::intrusive_ptr<c10d::Backend>& gloo, std::chrono::milliseconds timeout,
-                       const std::string& algorithm, const std::string& group_name) {
+                       const std::string& algorithm, const std::string& group_name, bool stream_ordered) {
              Config cfg;
              cfg.timeout = timeout;
              cfg.algorithm = parse_algorithm(algorithm);
              cfg.group_name = group_name;
-             return c10::make_intrusive<RingzipBackend>(std::make_unique<GlooTransport>(gloo), cfg);
+             std::unique_ptr<Transport> net = std::make_unique<GlooTransport>(gloo);
+             if (stream_ordered) net = std::make_unique<StreamOrderedTransport>(std::move(net), timeout);
+             return c10::make_intrusive<RingzipBackend>(std::move(net), cfg);
            }),
            py::arg("gloo"), py::arg("timeout"), py::arg("algorithm") = "auto", py::arg("group_name") = "",
-           py::call_guard<py::gil_scoped_release>())
+           py::arg("stream_ordered") = false, py::call_guard<py::gil_scoped_release>())
       .def("set_algorithm", [](RingzipBackend& b, const std::string& a) { b.set_algorithm(parse_algorithm(a)); })
       .def("set_check", [](RingzipBackend& b, const std::string& m) { b.set_check(parse_check(m)); })
       .def("enable_mismatch_watch", &RingzipBackend::enable_mismatch_watch, py::arg("store"),
