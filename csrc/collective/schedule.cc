@@ -129,9 +129,10 @@ void run_exchange(Comm& c, const std::vector<Xfer>& sends, const std::vector<Xfe
     if (step == 1) q = recvs;
   };
   s.body = [&](int step, Step& st) {
-    for (size_t i = 0; step == 1 && i < recvs.size(); ++i) st.wait(i);
-    for (const auto& x : sends)
-      if (step == 0) st.send(x.data, x.bytes, x.peer, x.step, x.what);
+    if (step == 0)
+      for (const auto& x : sends) st.send(x.data, x.bytes, x.peer, x.step, x.what);
+    else
+      for (size_t i = 0; i < recvs.size(); ++i) st.wait(i);
   };
   run(c, s);
 }
