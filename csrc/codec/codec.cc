@@ -10,6 +10,7 @@
 #include "codec/cast_math.h"
 #include "codec/codec_impl.h"
 #include "codec/quantize_math.h"
+#include "codec/sparse_math.h"
 
 namespace ringzip::codec {
 namespace detail {
@@ -147,7 +148,7 @@ size_t encoded_bytes(const Spec& sp, int64_t n) {
       return 4 * nb + (un * sp.bits + 7) / 8;
     }
     case Kind::TopK: return 4 + 8 * (size_t)k_for(sp, n);
-    case Kind::RandomK: return 8 + 4 * (size_t)k_for(sp, n);
+    case Kind::RandomK: return kRandomkValuesAt + 4 * (size_t)k_for(sp, n);
   }
   return 0;
 }

@@ -61,6 +61,12 @@ bool encode_feedback(const Spec& spec, const float* x, float* r, int64_t n, int6
 // as adding r to x, encode and residual() would give. Returns whether every x + r was finite
 // (then r is finite too: callers need not scan it for NaN/Inf).
 bool topk_feedback(const Spec& spec, float* x, float* r, int64_t n, uint8_t* out);
+// random-k all-reduce (collective/compressed/randomk.cc): every rank encodes the same k
+// indices, so payloads add as k+1 floats -- the k values, and the payload's non-finite flag as
+// NaN in slot 0 (a NaN in any rank's slot survives the sum). Payload -> values and back; the
+// CUDA twins are codec::cuda::randomk_to_values/from_values.
+void randomk_to_values(const uint8_t* payload, size_t k, float* vals);
+void randomk_from_values(const float* vals, size_t k, uint8_t* payload);
 // Fused reduce-scatter hop: out = encode(decode(in) + local).
 void decode_add_encode(const Spec& spec, const uint8_t* in, size_t in_bytes, const float* local,
                        int64_t n, int64_t elem_offset, const RngKey& dec_key,

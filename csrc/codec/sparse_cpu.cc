@@ -315,13 +315,13 @@ void randomk_encode(const Spec& sp, const float* x, int64_t n, int64_t off, cons
   int32_t cnt = (int32_t)k;
   uint32_t flags = (n > 0 && !abs_bits_finite(amax_bits(x, n))) ? kRandomkNonFinite : 0u;
   std::memcpy(out, &cnt, 4);
-  std::memcpy(out + 4, &flags, 4);
+  std::memcpy(out + kRandomkFlagsAt, &flags, 4);
   if (k == 0) return;
   std::vector<int32_t> idx;
   randomk_indices(sp, n, off, key, idx);
   std::vector<float> val(k);
   for (int64_t j = 0; j < k; ++j) val[j] = x[idx[j]];
-  std::memcpy(out + 8, val.data(), 4 * k);
+  std::memcpy(out + kRandomkValuesAt, val.data(), 4 * k);
 }
 
 void randomk_decode(const Spec& sp, const uint8_t* in, int64_t n, int64_t off, const RngKey& key,
@@ -329,7 +329,7 @@ void randomk_decode(const Spec& sp, const uint8_t* in, int64_t n, int64_t off, c
   int64_t k = k_for(sp, n);
   check_count(in, k, "randomk");
   uint32_t flags;
-  std::memcpy(&flags, in + 4, 4);
+  std::memcpy(&flags, in + kRandomkFlagsAt, 4);
   if (flags & ~kRandomkNonFinite) fail("corrupt randomk payload: unknown header flags " + std::to_string(flags));
   if (flags & kRandomkNonFinite) {  // the sender saw a NaN/Inf: poison the whole chunk
     const float nan = u2f(0x7fc00000u);
@@ -339,9 +339,26 @@ void randomk_decode(const Spec& sp, const uint8_t* in, int64_t n, int64_t off, c
   std::vector<int32_t> idx;
   randomk_indices(sp, n, off, key, idx);
   std::vector<float> val(k);
-  std::memcpy(val.data(), in + 8, 4 * k);
+  std::memcpy(val.data(), in + kRandomkValuesAt, 4 * k);
   if (!acc) std::memset(out, 0, sizeof(float) * n);
   for (int64_t j = 0; j < k; ++j) out[idx[j]] = acc ? out[idx[j]] + val[j] : val[j];
 }
 
 }  // namespace ringzip::codec::detail
+
+namespace ringzip::codec {
+
+void randomk_to_values(const uint8_t* payload, size_t k, float* vals) {
+  uint32_t flags;
+  std::memcpy(&flags, payload + kRandomkFlagsAt, 4);
+  vals[0] = flags ? std::nanf("") : 0.f;
+  std::memcpy(vals + 1, payload + kRandomkValuesAt, k * sizeof(float));
+}
+
+void randomk_from_values(const float* vals, size_t k, uint8_t* payload) {
+  const uint32_t flags = std::isnan(vals[0]) ? kRandomkNonFinite : 0u;
+  std::memcpy(payload + kRandomkFlagsAt, &flags, 4);
+  std::memcpy(payload + kRandomkValuesAt, vals + 1, k * sizeof(float));
+}
+
+}  // namespace ringzip::codec

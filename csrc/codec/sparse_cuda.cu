@@ -229,13 +229,14 @@ __global__ void add_clear_kernel(float* x, float* r, int64_t n) {
 
 __global__ void to_values_kernel(const uint8_t* payload, int64_t k, float* vals) {
   for (int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; j <= k; j += (int64_t)gridDim.x * blockDim.x)
-    vals[j] = j == 0 ? (ld_u32(payload + 4) ? u2f(0x7fc00000u) : 0.f) : u2f(ld_u32(payload + 8 + 4 * (j - 1)));
+    vals[j] = j == 0 ? (ld_u32(payload + kRandomkFlagsAt) ? u2f(0x7fc00000u) : 0.f)
+                     : u2f(ld_u32(payload + kRandomkValuesAt + 4 * (j - 1)));
 }
 
 __global__ void from_values_kernel(const float* vals, int64_t k, uint8_t* payload) {
   for (int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; j <= k; j += (int64_t)gridDim.x * blockDim.x) {
-    if (j == 0) st_u32(payload + 4, vals[0] != vals[0] ? 1u : 0u);
-    else st_u32(payload + 8 + 4 * (j - 1), f2u(vals[j]));
+    if (j == 0) st_u32(payload + kRandomkFlagsAt, vals[0] != vals[0] ? kRandomkNonFinite : 0u);
+    else st_u32(payload + kRandomkValuesAt + 4 * (j - 1), f2u(vals[j]));
   }
 }
 
@@ -316,7 +317,7 @@ void randomk_encode(const Ctx& c, const Spec& sp, const float* x, int64_t n, int
   if (k == 0) return;
   auto* idx = static_cast<int32_t*>(c.scratch(4 * k));
   select(c, RandomkKey{RngKey{key.seed, key.seq, 0}, off}, n, k, idx);
-  gather_kernel<<<grid_for(k, 256), 256, 0, c.stream>>>(x, idx, k, out + 8);
+  gather_kernel<<<grid_for(k, 256), 256, 0, c.stream>>>(x, idx, k, out + kRandomkValuesAt);
   RZ_LAUNCH_CHECK("randomk gather");
 }
 
@@ -329,11 +330,11 @@ void randomk_decode(const Ctx& c, const Spec& sp, const uint8_t* in, int64_t n, 
   select(c, RandomkKey{RngKey{key.seed, key.seq, 0}, off}, n, k, idx);
   const unsigned g = grid_for(k, 256), gn = grid_for(n, 256 * 8, 4096);
   if (acc) {
-    scatter_kernel<true><<<g, 256, 0, c.stream>>>(nullptr, idx, in + 8, k, n, out, in + 4);
-    nan_fill_kernel<true><<<gn, 256, 0, c.stream>>>(in + 4, n, out);
+    scatter_kernel<true><<<g, 256, 0, c.stream>>>(nullptr, idx, in + kRandomkValuesAt, k, n, out, in + kRandomkFlagsAt);
+    nan_fill_kernel<true><<<gn, 256, 0, c.stream>>>(in + kRandomkFlagsAt, n, out);
   } else {
-    scatter_kernel<false><<<g, 256, 0, c.stream>>>(nullptr, idx, in + 8, k, n, out, in + 4);
-    nan_fill_kernel<false><<<gn, 256, 0, c.stream>>>(in + 4, n, out);
+    scatter_kernel<false><<<g, 256, 0, c.stream>>>(nullptr, idx, in + kRandomkValuesAt, k, n, out, in + kRandomkFlagsAt);
+    nan_fill_kernel<false><<<gn, 256, 0, c.stream>>>(in + kRandomkFlagsAt, n, out);
   }
   RZ_LAUNCH_CHECK("randomk scatter");
 }

@@ -6,6 +6,7 @@
 //   (seed, seq, stream 0): composite = word << 32 | i, the k smallest composites win.
 // Both composites are unique per chunk, so the selected set is well defined.
 #pragma once
+#include <cstddef>
 #include <cstdint>
 
 #include "codec/hd.h"
@@ -21,5 +22,8 @@ RZ_HD uint64_t randomk_composite(uint32_t word, uint32_t i) { return (uint64_t)w
 RZ_HD uint32_t randomk_index(uint64_t comp) { return (uint32_t)comp; }
 
 constexpr uint32_t kRandomkNonFinite = 1u;  // header flag: the encoded chunk held a NaN/Inf
+
+// random-k wire layout (docs/wire-format.md): int32 k | uint32 flags | k float32 values.
+constexpr size_t kRandomkFlagsAt = 4, kRandomkValuesAt = 8;
 
 }  // namespace ringzip::codec

@@ -1,6 +1,7 @@
 #pragma once
-// Exact collective algorithms, written once against Comm (transport + tags + deadline).
-// Buffers are host memory; counts are elements.
+// Exact collective algorithms, each written once as a schedule (collective/schedule.h) against
+// Comm (transport, compute, tags, deadline): one file per family in collective/dense/. Buffers
+// live where Comm::dev computes (host or device memory); counts are elements.
 #include <vector>
 
 #include "collective/comm.h"
@@ -9,7 +10,7 @@ namespace ringzip {
 
 enum class AllreduceAlgo { Auto, Ring, RecursiveDoubling, Direct, Star };
 
-// Picks the algorithm for a dense all-reduce of `bytes` over `ranks` (cost model in algorithms.cc).
+// Picks the algorithm for a dense all-reduce of `bytes` over `ranks` (collective/choose.cc).
 AllreduceAlgo choose_allreduce(size_t bytes, int ranks, AllreduceAlgo requested);
 
 void allreduce(Comm& c, Buf data, RedOp op, AllreduceAlgo algo);

@@ -1,5 +1,6 @@
 #pragma once
-// Compressed SUM all-reduce of a float32 buffer, written once against (Comm, codec::Spec).
+// Compressed SUM all-reduce of a float32 buffer, each algorithm written once as a schedule
+// (collective/schedule.h) against (Comm, codec::Spec): one file each in collective/compressed/.
 // Every rank ends with bitwise-identical output: each chunk's final value is decoded from the
 // same bytes everywhere (the owner, too, keeps decode(encode(sum))).
 #include <string>
@@ -18,6 +19,7 @@ enum class CompressedAlgo { Auto, Ring, Sra, Sparse };
 
 CompressedAlgo parse_compressed_algo(const std::string& s);  // "auto","ring","sra","sparse"
 const char* compressed_algo_name(CompressedAlgo a);
+// The algorithm that runs for `spec` when `requested` is asked for (collective/choose.cc).
 CompressedAlgo choose_compressed(const codec::Spec& spec, CompressedAlgo requested);
 
 struct CompressedCall {

@@ -59,7 +59,7 @@ class Compute {
     return false;
   }
   // random-k: moves the k values (and the non-finite flag, as NaN in slot 0) of a payload
-  // into k+1 summable floats, and back.
+  // into k+1 summable floats, and back (codec::randomk_to_values and its CUDA twin).
   virtual void randomk_to_values(const uint8_t* payload, size_t k, float* vals) = 0;
   virtual void randomk_from_values(const float* vals, size_t k, uint8_t* payload) = 0;
 };

@@ -1,4 +1,3 @@
-#include <cmath>
 #include <algorithm>
 #include <cstring>
 #include <mutex>
@@ -111,15 +110,10 @@ class HostCompute final : public Compute {
     codec::decode_add_encode(s, in, bytes, local, n, off, dk, ek, out);
   }
   void randomk_to_values(const uint8_t* payload, size_t k, float* vals) override {
-    uint32_t flags;
-    std::memcpy(&flags, payload + 4, 4);
-    vals[0] = flags ? std::nanf("") : 0.f;
-    std::memcpy(vals + 1, payload + 8, k * sizeof(float));
+    codec::randomk_to_values(payload, k, vals);
   }
   void randomk_from_values(const float* vals, size_t k, uint8_t* payload) override {
-    const uint32_t flags = std::isnan(vals[0]) ? 1u : 0u;
-    std::memcpy(payload + 4, &flags, 4);
-    std::memcpy(payload + 8, vals + 1, k * sizeof(float));
+    codec::randomk_from_values(vals, k, payload);
   }
 
  private:

@@ -39,7 +39,8 @@ void run_ranks(int n, const Run& run, const char* op, const std::function<void(i
   std::vector<std::thread> threads;
   for (int r = 0; r < n; ++r) {
     threads.emplace_back([&, r] {
-      LoopbackTransport net(hub, r);
+      auto transport = make_loopback_transport(hub, r);
+      Transport& net = *transport;
       try {
         Comm c{net, host_compute(), run.seq,
                std::chrono::steady_clock::now() + std::chrono::milliseconds(run.timeout_ms), op};

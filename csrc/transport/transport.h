@@ -2,6 +2,7 @@
 // What the collective algorithms need from a network: post a send or a receive of bytes
 // to/from a peer under a tag, then wait for it. Algorithms never name a concrete transport.
 #include <chrono>
+#include <climits>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -30,11 +31,17 @@ class Transport {
   virtual std::unique_ptr<Request> irecv_any(void* data, size_t bytes, uint32_t tag) = 0;
   // Brackets posts that must be issued together (NCCL groups concurrent sends and receives so
   // a ring step can't deadlock); host transports post each at once and ignore the brackets.
+  // Algorithms never call these: the schedule executor does (collective/schedule.h).
   virtual void group_start() {}
   virtual void group_end() {}
   // True when a receive may be posted before the matching send's group exists (host
-  // transports buffer by tag); stream-ordered transports say false and get grouped schedules.
+  // transports buffer by tag); stream-ordered transports say false.
   virtual bool eager_receives() const { return true; }
+  // How many steps of a schedule ahead of the one being computed receives may be posted
+  // (collective/schedule.h). 0: stream-ordered -- each step's sends and receives are posted as
+  // one group (group_start/group_end), a receive never before its send's group. The default
+  // follows eager_receives(): no limit for host transports, 0 for stream-ordered ones.
+  virtual int lookahead() const { return eager_receives() ? INT_MAX : 0; }
   // Breaks every connection of this transport so that no pending or late transfer can touch
   // memory any more and peers blocked on this rank fail at once (docs/reliability.md). Called
   // after a failed collective; idempotent; the transport is unusable afterwards.

@@ -1,5 +1,5 @@
 """Per-element error bounds of compressed all-reduce / reduce-scatter, derived from the codec
-bounds of docs/wire-format.md and the algorithm steps of csrc/collective/compressed.cc.
+bounds of docs/wire-format.md and the algorithm steps of csrc/collective/compressed/.
 
 Everything is computed in float64 from the inputs of *all* ranks (every rank can regenerate
 them, see ``gen``), so each rank checks its own output without extra communication.

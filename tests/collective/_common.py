@@ -70,7 +70,7 @@ def calls(group, codec):
 
 
 TOPK_BLOCK = 1 << 20  # ringzip.Options().topk_block
-MAX_TOPK_BLOCKS = 4096  # csrc/collective/compressed.cc
+MAX_TOPK_BLOCKS = 4096  # csrc/collective/compressed/layout.h
 
 
 def topk_blocks(n, block=TOPK_BLOCK):

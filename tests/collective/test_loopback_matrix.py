@@ -15,8 +15,8 @@ simulation of n ranks (ringzip.reference.collectives; DESIGN.md §7).
                           scatter, all-to-all with uneven splits, barrier
 
 One pytest process, no launches: each case runs its n ranks as n threads (ringzip._C.loopback).
-Where the grouped schedule (the one NCCL runs) differs from the eager one today, the case is an
-xfail(strict=True) naming the difference: fixing the schedule turns it into a failure to remove.
+Both modes run the same schedules (collective/schedule.h): the grouped mode checks that they also
+hold under NCCL's posting-order matching.
 """
 from __future__ import annotations
 
@@ -199,13 +199,6 @@ def test_compressed_nonfinite(mode, codec, algo):
 
 # ---- compressed reduce-scatter -------------------------------------------------------------------
 
-RS_SPARSE_SPLIT = ("grouped reduce-scatter runs top-k / random-k once per part (scatter_reduce) while the eager "
-                   "one runs it once per 2^19-element sra segment: parts longer than a segment select other "
-                   "elements (output and residual differ)")
-RS_OTHER_PARTS = ("grouped reduce-scatter with error feedback adds the residual to the whole input first "
-                  "(add_residual before scatter_reduce): the parts this rank does not own end as input + residual, "
-                  "not as the input (compressed.h: 'Other parts are left as they were'; eager keeps them)")
-
 
 @functools.lru_cache(maxsize=2)
 def reference_reduce_scatter(n, codec, size, ef, bucket=512):
@@ -252,9 +245,7 @@ RS_BIG = [(2, "q4", 2 * (SEG + 1) + 1, True), (2, "topk:0.01", 2 * (2 * SEG) + 1
 
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("n,codec,size,ef", RS_BIG, ids=[f"{c}-{s}" for _, c, s, _ in RS_BIG])
-def test_compressed_reduce_scatter_segments(request, mode, n, codec, size, ef):
-    if mode == "grouped" and codec in SPARSE_CODECS:
-        request.applymarker(pytest.mark.xfail(strict=True, reason=RS_SPARSE_SPLIT))
+def test_compressed_reduce_scatter_segments(mode, n, codec, size, ef):
     check_reduce_scatter(mode, n, codec, size, ef)
 
 
@@ -262,9 +253,7 @@ def test_compressed_reduce_scatter_segments(request, mode, n, codec, size, ef):
 @pytest.mark.parametrize("n", [2, 3, 5])
 @pytest.mark.parametrize("codec", ["q8", "none", "topk:0.01"])
 @pytest.mark.parametrize("ef", [False, True])
-def test_compressed_reduce_scatter_keeps_other_parts(request, mode, n, codec, ef):
-    if mode == "grouped" and ef:
-        request.applymarker(pytest.mark.xfail(strict=True, reason=RS_OTHER_PARTS))
+def test_compressed_reduce_scatter_keeps_other_parts(mode, n, codec, ef):
     size = 1001
     xs, out, _, _, _ = run_reduce_scatter(mode, n, codec, size, ef)
     begin = RC.even_parts(size, n)

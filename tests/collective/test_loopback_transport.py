@@ -114,7 +114,7 @@ def test_dropping_an_unfinished_request_fails_the_hub():
 
 
 def test_grouped_mode_refuses_waits_inside_the_open_group_and_any_source():
-    fails([[START, S(1, 1), W(0)], []], "grouped", "inside the group that posts it")
+    fails([[START, S(1, 1), W(0)], []], "grouped", "inside the group that posts the transfer")
     fails([[("recv_any", 0, 1, 4)], []], "grouped", "any source")
     fails([[END], []], "grouped", "group_end without group_start")
 

@@ -52,7 +52,6 @@ struct LoopbackHub::State {
   };
   struct Rank {
     bool closed = false;
-    int depth = 0;
     std::vector<OpPtr> open;    // grouped: posted, group not closed yet
     std::deque<Group> groups;   // grouped: closed, unfinished, in stream order; front runs
     uint64_t next_group = 0;
@@ -83,7 +82,7 @@ struct LoopbackHub::State {
       o << "receive of " << op.bytes << " bytes from any rank";
     else
       o << "receive of " << op.bytes << " bytes from rank " << op.peer;
-    o << " (tag " << hex(op.tag) << ")";
+    if (!grouped()) o << " (tag " << hex(op.tag) << ")";  // grouped: not used
     if (grouped()) {
       if (!op.issued)
         o << " [not issued: its group is still open]";
@@ -296,12 +295,6 @@ struct LoopbackHub::State {
   void wait(const OpPtr& op, std::chrono::milliseconds timeout) {
     std::unique_lock<std::mutex> lock(mu);
     auto& me = ranks[op->owner];
-    if (grouped() && !op->issued && op->st == Op::St::Queued) {
-      if (me.depth > 0)
-        fail_now("rank " + std::to_string(op->owner) + " waits for its " + describe(*op) +
-                 " inside the group that posts it: nothing is issued before group_end");
-      close_group(op->owner);
-    }
     const auto deadline = std::chrono::steady_clock::now() + timeout;
     me.waiting = op;
     struct Clear {
@@ -403,16 +396,27 @@ std::string LoopbackHub::failure() const {
   return s_->failure;
 }
 
-LoopbackTransport::LoopbackTransport(std::shared_ptr<LoopbackHub> hub, int rank) : hub_(std::move(hub)), rank_(rank) {
-  if (rank < 0 || rank >= hub_->size())
+namespace {
+
+void check_rank(const LoopbackHub& hub, int rank, LoopbackMode mode) {
+  if (rank < 0 || rank >= hub.size())
     throw std::invalid_argument("ringzip loopback: rank " + std::to_string(rank) + " out of range");
+  if (hub.mode() != mode) throw std::invalid_argument("ringzip loopback: the hub runs the other mode");
+}
+
+}  // namespace
+
+std::unique_ptr<Transport> make_loopback_transport(std::shared_ptr<LoopbackHub> hub, int rank) {
+  if (hub->mode() == LoopbackMode::Grouped) return std::make_unique<LoopbackGroupedTransport>(std::move(hub), rank);
+  return std::make_unique<LoopbackTransport>(std::move(hub), rank);
+}
+
+LoopbackTransport::LoopbackTransport(std::shared_ptr<LoopbackHub> hub, int rank) : hub_(std::move(hub)), rank_(rank) {
+  check_rank(*hub_, rank, LoopbackMode::Eager);
 }
 LoopbackTransport::~LoopbackTransport() { close(); }
 int LoopbackTransport::size() const { return hub_->size(); }
-std::string LoopbackTransport::name() const {
-  return hub_->mode() == LoopbackMode::Grouped ? "loopback-grouped" : "loopback-eager";
-}
-bool LoopbackTransport::eager_receives() const { return hub_->mode() == LoopbackMode::Eager; }
+std::string LoopbackTransport::name() const { return "loopback-eager"; }
 
 namespace {
 
@@ -446,24 +450,45 @@ std::unique_ptr<Request> LoopbackTransport::irecv_any(void* data, size_t bytes, 
   return std::make_unique<LoopbackRequest>(hub_->s_, s.post(rank_, false, data, bytes, -1, tag));
 }
 
-void LoopbackTransport::group_start() {
-  auto& s = *hub_->s_;
-  if (!s.grouped()) return;
-  std::lock_guard<std::mutex> lock(s.mu);
-  auto& me = s.ranks[rank_];
-  if (me.depth++ == 0 && !me.open.empty()) s.close_group(rank_);
-}
-
-void LoopbackTransport::group_end() {
-  auto& s = *hub_->s_;
-  if (!s.grouped()) return;
-  std::lock_guard<std::mutex> lock(s.mu);
-  auto& me = s.ranks[rank_];
-  if (me.depth == 0) throw std::logic_error("ringzip loopback: group_end without group_start");
-  if (--me.depth == 0 && !me.open.empty()) s.close_group(rank_);
-}
-
 void LoopbackTransport::abort() { hub_->s_->abort(rank_); }
 void LoopbackTransport::close() { hub_->s_->close(rank_); }
+
+LoopbackGroupedTransport::LoopbackGroupedTransport(std::shared_ptr<LoopbackHub> hub, int rank)
+    : hub_(std::move(hub)), rank_(rank) {
+  check_rank(*hub_, rank, LoopbackMode::Grouped);
+}
+LoopbackGroupedTransport::~LoopbackGroupedTransport() { close(); }
+int LoopbackGroupedTransport::size() const { return hub_->size(); }
+void LoopbackGroupedTransport::abort() { hub_->s_->abort(rank_); }
+void LoopbackGroupedTransport::close() { hub_->s_->close(rank_); }
+
+void LoopbackGroupedTransport::check_open() const {
+  auto& s = *hub_->s_;
+  std::lock_guard<std::mutex> lock(s.mu);
+  s.check_post(rank_);
+}
+
+std::unique_ptr<Request> LoopbackGroupedTransport::isend(const void* data, size_t bytes, int peer, uint32_t tag) {
+  check_open();
+  return GroupedTransport::isend(data, bytes, peer, tag);
+}
+
+std::unique_ptr<Request> LoopbackGroupedTransport::irecv(void* data, size_t bytes, int peer, uint32_t tag) {
+  check_open();
+  return GroupedTransport::irecv(data, bytes, peer, tag);
+}
+
+void LoopbackGroupedTransport::issue(const std::vector<Op>& group) {
+  auto& s = *hub_->s_;
+  std::lock_guard<std::mutex> lock(s.mu);
+  for (const auto& op : group)
+    issued_.push_back(std::make_unique<LoopbackRequest>(hub_->s_, s.post(rank_, op.send, op.data, op.bytes, op.peer, 0)));
+  s.close_group(rank_);
+}
+
+void LoopbackGroupedTransport::complete(std::chrono::milliseconds timeout) {
+  for (auto& q : issued_) q->wait(timeout);
+  issued_.clear();
+}
 
 }  // namespace ringzip

@@ -7,10 +7,10 @@
 //    the same (peer, tag), in posting order among those; receive from any source is allowed.
 //    A send completes when it was copied into its receive. A receive smaller than the send
 //    fails both with an error naming both sides (never a partial write).
-//  - Grouped (like NCCL behind NcclTransport): tags are ignored, the i-th send from a to b
-//    meets the i-th receive at b from a. Posts inside group_start()/group_end() form one
-//    group; posts outside a group are held back and form one group at the next wait() or
-//    group_start() (NcclTransport's rule). Each rank runs its groups in order, like kernels
+//  - Grouped (like NCCL): LoopbackGroupedTransport posts with NcclTransport's own code
+//    (transport/grouped.h: groups, posts outside a group held back until the next wait() or
+//    group_start(), no lookahead); tags are ignored, the i-th send from a to b meets the i-th
+//    receive at b from a. Each rank runs its groups in order, like kernels
 //    on one stream: a group starts when the one before it has completed and transfers only
 //    between started groups. So a receive whose send sits in a later group of the peer
 //    deadlocks, as on NCCL. Sizes of matched operations must be equal; receive from any
@@ -25,6 +25,7 @@
 #include <memory>
 #include <string>
 
+#include "transport/grouped.h"
 #include "transport/transport.h"
 
 namespace ringzip {
@@ -48,9 +49,14 @@ class LoopbackHub {
 
  private:
   friend class LoopbackTransport;
+  friend class LoopbackGroupedTransport;
   std::shared_ptr<State> s_;
 };
 
+// The transport of `rank` on the hub, of the hub's mode.
+std::unique_ptr<Transport> make_loopback_transport(std::shared_ptr<LoopbackHub> hub, int rank);
+
+// Eager mode.
 class LoopbackTransport final : public Transport {
  public:
   LoopbackTransport(std::shared_ptr<LoopbackHub> hub, int rank);
@@ -61,15 +67,36 @@ class LoopbackTransport final : public Transport {
   std::unique_ptr<Request> isend(const void* data, size_t bytes, int peer, uint32_t tag) override;
   std::unique_ptr<Request> irecv(void* data, size_t bytes, int peer, uint32_t tag) override;
   std::unique_ptr<Request> irecv_any(void* data, size_t bytes, uint32_t tag) override;
-  void group_start() override;
-  void group_end() override;
-  bool eager_receives() const override;
   void abort() override;
   void close() override;
 
  private:
   std::shared_ptr<LoopbackHub> hub_;
   int rank_;
+};
+
+// Grouped mode: a wait() completes everything issued, in issue order, as a stream would.
+class LoopbackGroupedTransport final : public GroupedTransport {
+ public:
+  LoopbackGroupedTransport(std::shared_ptr<LoopbackHub> hub, int rank);
+  ~LoopbackGroupedTransport() override;  // close()
+  int rank() const override { return rank_; }
+  int size() const override;
+  std::string name() const override { return "loopback-grouped"; }
+  // Posting on a closed or failed hub fails at once, as in eager mode (not at the next wait).
+  std::unique_ptr<Request> isend(const void* data, size_t bytes, int peer, uint32_t tag) override;
+  std::unique_ptr<Request> irecv(void* data, size_t bytes, int peer, uint32_t tag) override;
+  void abort() override;
+  void close() override;
+
+ private:
+  void issue(const std::vector<Op>& group) override;
+  void complete(std::chrono::milliseconds timeout) override;
+  void check_open() const;
+
+  std::shared_ptr<LoopbackHub> hub_;
+  int rank_;
+  std::vector<std::unique_ptr<Request>> issued_;  // not yet waited for
 };
 
 }  // namespace ringzip

@@ -73,20 +73,6 @@ bool NcclComm::aborted() const {
   return comm_ == nullptr;
 }
 
-namespace {
-
-// Completion is stream-ordered: waiting means "make sure it was issued".
-class NcclRequest final : public Request {
- public:
-  explicit NcclRequest(NcclTransport* t) : t_(t) {}
-  void wait(std::chrono::milliseconds) override { t_->flush(); }
-
- private:
-  NcclTransport* t_;
-};
-
-}  // namespace
-
 NcclTransport::NcclTransport(std::shared_ptr<NcclComm> comm, cudaStream_t stream)
     : comm_(std::move(comm)), stream_(stream), unwinding_(std::uncaught_exceptions()) {}
 
@@ -97,64 +83,22 @@ NcclTransport::~NcclTransport() {
     } catch (...) {
     }
   }
-  // NCCL's group depth belongs to the thread: a failure inside group_start()/group_end() must
-  // not leave the thread's later NCCL calls (a new group's) inside a group that never ends.
-  while (depth_ > 0) {
-    --depth_;
-    (void)ncclGroupEnd();
-  }
 }
 
-void NcclTransport::issue(const Op& op) {
-  if (op.send)
-    nccl_check(ncclSend(op.data, op.bytes, ncclUint8, op.peer, comm_->get(), stream_), "ncclSend");
-  else
-    nccl_check(ncclRecv(op.data, op.bytes, ncclUint8, op.peer, comm_->get(), stream_), "ncclRecv");
-}
-
-std::unique_ptr<Request> NcclTransport::post(Op op) {
-  TORCH_CHECK_VALUE(op.peer >= 0 && op.peer < size() && op.peer != rank(), "ringzip (nccl): bad peer ", op.peer);
-  if (op.bytes == 0) return std::make_unique<DoneRequest>(op.peer);
-  if (depth_ > 0)
-    issue(op);
-  else
-    pending_.push_back(op);
-  return std::make_unique<NcclRequest>(this);
-}
-
-std::unique_ptr<Request> NcclTransport::isend(const void* data, size_t bytes, int peer, uint32_t) {
-  return post(Op{true, const_cast<void*>(data), bytes, peer});
-}
-
-std::unique_ptr<Request> NcclTransport::irecv(void* data, size_t bytes, int peer, uint32_t) {
-  return post(Op{false, data, bytes, peer});
-}
-
-std::unique_ptr<Request> NcclTransport::irecv_any(void*, size_t, uint32_t) {
-  TORCH_CHECK(false, "ringzip (nccl): receive from any source is not supported on the NCCL transport");
-}
-
-void NcclTransport::group_start() {
-  if (depth_ == 0) flush();
-  nccl_check(ncclGroupStart(), "ncclGroupStart");
-  ++depth_;
-}
-
-void NcclTransport::group_end() {
-  TORCH_CHECK(depth_ > 0, "ringzip (nccl): group_end without group_start");
-  --depth_;
-  nccl_check(ncclGroupEnd(), "ncclGroupEnd");
-}
-
-void NcclTransport::flush() {
-  if (pending_.empty() || depth_ > 0) return;
-  std::vector<Op> ops;
-  ops.swap(pending_);
+// Completion is stream-ordered: a request's wait() only makes sure its group was issued.
+// NCCL's group depth belongs to the thread: a failure inside the group must not leave the
+// thread's later NCCL calls inside a group that never ends.
+void NcclTransport::issue(const std::vector<Op>& group) {
   nccl_check(ncclGroupStart(), "ncclGroupStart");
   try {
-    for (const auto& op : ops) issue(op);
+    for (const auto& op : group) {
+      if (op.send)
+        nccl_check(ncclSend(op.data, op.bytes, ncclUint8, op.peer, comm_->get(), stream_), "ncclSend");
+      else
+        nccl_check(ncclRecv(op.data, op.bytes, ncclUint8, op.peer, comm_->get(), stream_), "ncclRecv");
+    }
   } catch (...) {
-    (void)ncclGroupEnd();  // the thread's group depth, as in the destructor
+    (void)ncclGroupEnd();
     throw;
   }
   nccl_check(ncclGroupEnd(), "ncclGroupEnd");

@@ -2,14 +2,13 @@
 // NCCL transport: sends and receives of bytes as ncclSend/ncclRecv on one CUDA stream.
 //
 // A request's wait() does not block the host: the stream orders everything after it. Posts
-// inside group_start()/group_end() go to NCCL inside one ncclGroupStart/End; posts outside a
-// group are held back and issued together, as one group, at the next wait() or group_start(),
-// so algorithms that post all their transfers before waiting can't deadlock on NCCL's
-// blocking-on-the-GPU point-to-point semantics. Tags are not sent: NCCL matches sends and
-// receives between two ranks in posting order, which every algorithm keeps (docs/gpu.md).
-// A request's wait() takes no timeout of its own: the backend's CUDA watchdog enforces the
-// call's deadline on the device, and its ncclCommAbort unblocks a post stuck inside NCCL (the
-// first transfer to a peer connects to it, on the host, inside ncclGroupEnd).
+// are grouped as transport/grouped.h describes: each group goes to NCCL inside one
+// ncclGroupStart/End. Tags are not sent: NCCL matches sends and receives between two ranks in
+// posting order, which the schedule executor keeps by posting each step's transfers as one
+// group in tag order (collective/schedule.h, docs/gpu.md). A request's wait() takes no timeout
+// of its own: the backend's CUDA watchdog enforces the call's deadline on the device, and its
+// ncclCommAbort unblocks a post stuck inside NCCL (the first transfer to a peer connects to it,
+// on the host, inside ncclGroupEnd).
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 #include <torch/csrc/distributed/c10d/Store.hpp>
@@ -19,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "transport/transport.h"
+#include "transport/grouped.h"
 
 namespace ringzip {
 
@@ -55,35 +54,19 @@ class NcclComm {
   int rank_, size_, device_;
 };
 
-class NcclTransport final : public Transport {
+class NcclTransport final : public GroupedTransport {
  public:
   NcclTransport(std::shared_ptr<NcclComm> comm, cudaStream_t stream);
   ~NcclTransport() override;
   int rank() const override { return comm_->rank(); }
   int size() const override { return comm_->size(); }
   std::string name() const override { return "nccl"; }
-  std::unique_ptr<Request> isend(const void* data, size_t bytes, int peer, uint32_t tag) override;
-  std::unique_ptr<Request> irecv(void* data, size_t bytes, int peer, uint32_t tag) override;
-  std::unique_ptr<Request> irecv_any(void* data, size_t bytes, uint32_t tag) override;
-  void group_start() override;
-  void group_end() override;
-  // Issues the held-back posts (one NCCL group).
-  void flush();
 
  private:
-  struct Op {
-    bool send;
-    void* data;
-    size_t bytes;
-    int peer;
-  };
-  void issue(const Op& op);
-  std::unique_ptr<Request> post(Op op);
+  void issue(const std::vector<Op>& group) override;
 
   std::shared_ptr<NcclComm> comm_;
   cudaStream_t stream_;
-  int depth_ = 0;
-  std::vector<Op> pending_;
   int unwinding_;  // std::uncaught_exceptions() at construction
 };
 

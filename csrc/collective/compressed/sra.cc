@@ -1,0 +1,120 @@
+// SRA (scatter-reduce-allgather): part i of every rank's data goes, encoded, to its owner i
+// (the owner's own contribution stays exact); the owner adds what it receives in rank order,
+// encodes the sum once and sends it to every rank; everybody decodes. Each value is encoded
+// once toward its owner and once for the gather, so the error does not grow with n.
+//
+// Pipelined in bucket-aligned segments (compressed/layout.h: the same bits as unsegmented) as
+// one schedule (collective/schedule.h) whose step s
+//   A. encodes segment s of every peer's part and sends it to the part's owner;
+//   B. adds the peers' segments s-1 of this rank's part (received in step s, in rank order)
+//      and, with `gather`, encodes the sum, sends it to every peer and keeps decode(encode(sum));
+//   C. decodes the owners' segments s-2 (received in step s).
+// So the codec of one segment runs while others are on the wire, and every step waits only for
+// data its peers sent the step before.
+#include <memory>
+#include <vector>
+
+#include "collective/compressed/common.h"
+#include "collective/compressed/layout.h"
+#include "collective/schedule.h"
+
+namespace ringzip::compressed {
+
+bool sra(Comm& c, float* data, size_t count, const CompressedCall& call, bool gather) {
+  const int n = c.size(), r = c.rank();
+  const Layout l = layout(call.spec, count, n);
+  const Segments g = segments(call.spec, l);
+  // mine: my encodings of every part; reduce_in: peers' encodings of my part (one slot per
+  // peer); gather_in: the owners' encodings of their parts; my own part's is mine[r].
+  std::vector<std::shared_ptr<uint8_t>> mine(n), reduce_in(n), gather_in(n);
+  for (int i = 0; i < n; ++i) {
+    if (i != r || gather) mine[i] = c.dev.alloc(g.total_bytes(i));
+    if (i == r) continue;
+    reduce_in[i] = c.dev.alloc(g.total_bytes(r));
+    if (gather) gather_in[i] = c.dev.alloc(g.total_bytes(i));
+  }
+  bool finite = true;  // every residual written so far known free of NaN/Inf
+  auto encode_segment = [&](int i, size_t t, const codec::RngKey& k) {
+    const size_t e = g.elem[i][t];
+    uint8_t* out = mine[i].get() + g.bytes[i][t];
+    if (i != r && call.residual) {  // a peer's part: what earlier calls owe goes along
+      CodecTimer timer(c);
+      bool seg_finite = false;
+      if (c.dev.encode_feedback(call.spec, data + e, call.residual + e, static_cast<int64_t>(g.len(i, t)), e, k, out,
+                                seg_finite)) {
+        finite = finite && seg_finite;
+        return;
+      }
+      add_residual(c, call, data, g.len(i, t), e);
+    }
+    encode(c, call, data + e, g.len(i, t), e, k, out);
+    const bool seg_finite = record_residual(c, call, data + e, out, g.nbytes(i, t), g.len(i, t), e, k);
+    finite = finite && seg_finite;
+  };
+  const char* send_what = "compressed all-reduce send to";
+
+  size_t iterations = 0;
+  for (int i = 0; i < n; ++i) iterations = std::max(iterations, g.count(i));
+  Schedule sch;
+  sch.steps = static_cast<int>(iterations) + (gather ? 2 : 1);
+  sch.recvs = [&](int s, std::vector<Xfer>& q) {
+    const size_t t = s - 1;
+    for (int j = 0; s >= 1 && t < g.count(r) && j < n; ++j)
+      if (j != r)
+        q.push_back({reduce_in[j].get() + g.bytes[r][t], g.nbytes(r, t), j, static_cast<uint32_t>(t),
+                     "compressed scatter-reduce receive from"});
+    for (int j = 0; gather && s >= 2 && j < n; ++j)
+      if (j != r && s - 2 < static_cast<int>(g.count(j)))
+        q.push_back({gather_in[j].get() + g.bytes[j][s - 2], g.nbytes(j, s - 2), j, kGatherStep | (s - 2),
+                     "compressed allgather receive from"});
+  };
+  sch.body = [&](int s, Step& st) {
+    const size_t it = s;
+    if (s == 0) {  // this rank's part stays exact: it takes what earlier calls owe in full
+      add_residual(c, call, data, l.len(r), l.elem[r]);
+      clear_residual(c, call, l.elem[r], l.len(r));
+    }
+    for (int k = 1; k < n; ++k) {  // A, staggered so that every owner is served from the start
+      const int i = (r + k) % n;
+      if (it >= g.count(i)) continue;
+      encode_segment(i, it, key(call, c, r, 0));
+      st.send(mine[i].get() + g.bytes[i][it], g.nbytes(i, it), i, static_cast<uint32_t>(it), send_what);
+    }
+    size_t next = 0;  // this step's next receive
+    if (it >= 1 && it - 1 < g.count(r)) {  // B
+      const size_t t = it - 1, e = g.elem[r][t];
+      for (int j = 0; j < n; ++j) {
+        if (j == r) continue;
+        st.wait(next++);
+        CodecTimer timer(c);
+        c.dev.decode_accumulate(call.spec, reduce_in[j].get() + g.bytes[r][t], g.nbytes(r, t), g.len(r, t), e,
+                                key(call, c, j, 0), data + e);
+      }
+      if (gather) {
+        encode_segment(r, t, key(call, c, r, kGatherPhase));
+        for (int k = 1; k < n; ++k)
+          st.send(mine[r].get() + g.bytes[r][t], g.nbytes(r, t), (r + k) % n, kGatherStep | static_cast<uint32_t>(t),
+                  send_what);
+        // The owner keeps decode(encode(sum)) like everyone else, so all ranks agree bitwise.
+        CodecTimer timer(c);
+        c.dev.decode(call.spec, mine[r].get() + g.bytes[r][t], g.nbytes(r, t), g.len(r, t), e,
+                     key(call, c, r, kGatherPhase), data + e);
+      }
+    }
+    if (gather && it >= 2) {  // C
+      const size_t t = it - 2;
+      for (int j = 0; j < n; ++j) {
+        if (j == r || t >= g.count(j)) continue;
+        st.wait(next++);
+        const size_t e = g.elem[j][t];
+        CodecTimer timer(c);
+        c.dev.decode(call.spec, gather_in[j].get() + g.bytes[j][t], g.nbytes(j, t), g.len(j, t), e,
+                     key(call, c, j, kGatherPhase), data + e);
+      }
+    }
+  };
+  run(c, sch);
+  return finite;
+}
+
+}  // namespace ringzip::compressed
