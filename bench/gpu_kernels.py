@@ -1,8 +1,11 @@
 """GPU kernel benchmarks of the ringzip codecs (run by bench/gpu_check.sh).
 
-Reports GB/s counting bytes read + written, next to a measured device-to-device copy; top-k
-selection vs torch.topk on 1e8 floats at 1%; and the share of a 256 MB q4 all-reduce's time
-that would go to codec kernels on a 10 Gbit/s link (ring/SRA, 8 ranks), from kernel times.
+Reports GB/s counting bytes read + written, next to a measured device-to-device copy (median of
+>= 20 event-timed runs after warm-up), with issue 14's targets: encode, decode-accumulate and
+decode-add-encode of q8/q4/q2/q1 >= 0.8 x copy, fp16/bf16 >= 0.9 x; top-k 1% of 1e8 floats
+>= 3 x torch.topk (also against torch.topk(sorted=False)), same indices. The share of a 256 MB
+q4 all-reduce's time in codec kernels on a 10 Gbit/s link is a MODEL (measured kernel times
+against bytes over an assumed link), not a measured all-reduce.
 """
 import argparse
 import json
@@ -16,7 +19,7 @@ G = ringzip._C.cuda
 C = ringzip._C.codec
 
 
-def timed(fn, reps=10, warm=2):
+def timed(fn, reps=25, warm=3):
     for _ in range(warm):
         fn()
     torch.cuda.synchronize()
@@ -72,10 +75,10 @@ def main():
     tn = a.topk_n
     big = torch.randn(tn, device="cuda")
     k = tn // 100
-    t_rz = timed(lambda: G.topk_indices(big, k), reps=5)
-    t_torch = timed(lambda: torch.topk(big.abs(), k), reps=5)
-    t_torch_unsorted = timed(lambda: torch.topk(big.abs(), k, sorted=False), reps=5)
-    t_enc = timed(lambda: G.encode("topk:0.01", big, S, Q, K), reps=5)
+    t_rz = timed(lambda: G.topk_indices(big, k), reps=20)
+    t_torch = timed(lambda: torch.topk(big.abs(), k), reps=20)
+    t_torch_unsorted = timed(lambda: torch.topk(big.abs(), k, sorted=False), reps=20)
+    t_enc = timed(lambda: G.encode("topk:0.01", big, S, Q, K), reps=20)
     same = torch.equal(G.topk_indices(big, k).long(), torch.topk(big.abs(), k).indices.sort().values)
     topk = {"n": tn, "k": k, "ringzip_select_s": t_rz, "ringzip_encode_s": t_enc, "torch_topk_s": t_torch,
             "torch_topk_unsorted_s": t_torch_unsorted, "speedup_vs_torch": t_torch / t_rz,
@@ -100,11 +103,18 @@ def main():
     print(f"topk 1% of {tn:.0e}: ringzip select {t_rz * 1e3:.2f} ms (encode {t_enc * 1e3:.2f} ms), torch.topk "
           f"{t_torch * 1e3:.2f} ms (unsorted {t_torch_unsorted * 1e3:.2f} ms): x{topk['speedup_vs_torch']:.1f} "
           f"(x{topk['speedup_vs_torch_unsorted']:.1f} unsorted), same indices: {same}")
-    print(f"256 MB q4 all-reduce, {ranks} ranks, 10 Gbit/s: codec {codec_s * 1e3:.2f} ms, wire {wire_s * 1e3:.1f} ms, "
+    print(f"MODEL (kernel times vs bytes over an assumed link, not measured): 256 MB q4 all-reduce, {ranks} ranks, 10 Gbit/s: codec {codec_s * 1e3:.2f} ms, wire {wire_s * 1e3:.1f} ms, "
           f"codec fraction {share['codec_fraction'] * 100:.2f}%")
-    enc_ok = all(r["of_copy"] >= 0.8 for r in rows if r["kernel"] in ("encode", "decode_accumulate") and r["codec"] in ("q8", "q4", "q2"))
-    print(f"target encode/decode_accumulate >= 80% of copy (q8/q4/q2): {'MET' if enc_ok else 'NOT MET'}; "
-          f"topk >= 3x torch.topk: {'MET' if topk['speedup_vs_torch'] >= 3 else 'NOT MET'}")
+    def target(r):
+        if r["kernel"] == "d2d copy" or r["kernel"] == "decode":
+            return None
+        return 0.9 if r["codec"] in ("fp16", "bf16") else 0.8
+    missed = [f"{r['kernel']} {r['codec']} {r['of_copy']:.2f}" for r in rows
+              if target(r) is not None and r["of_copy"] < target(r)]
+    print(f"target kernels >= 0.8 x copy (q-codecs), >= 0.9 x (fp16/bf16): "
+          f"{'MET' if not missed else 'NOT MET: ' + ', '.join(missed)}")
+    print(f"target topk >= 3x torch.topk: {'MET' if topk['speedup_vs_torch'] >= 3 else 'NOT MET'} "
+          f"(x{topk['speedup_vs_torch']:.2f}; unsorted x{topk['speedup_vs_torch_unsorted']:.2f}; same indices {same})")
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"device": dev, "torch": torch.__version__, "copy_gbs": copy_gbs, "rows": rows, "topk": topk,
