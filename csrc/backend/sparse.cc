@@ -117,16 +117,19 @@ void check_sparse_allreduce(const std::vector<at::Tensor>& tensors, const c10d::
 }
 
 std::function<void(Comm&)> sparse_allreduce_body(const at::Tensor& t) {
-  at::Tensor host;  // the CUDA case: coalesced on the device, copied here on the caller's thread
+  // The CUDA case: copied here on the caller's thread as it is and coalesced on the host, so
+  // duplicates are summed in the CPU call's order and the result matches it bit for bit
+  // (coalescing on the device sums them in another order).
+  at::Tensor host;
   if (!t.device().is_cpu()) {
     at::AutoDispatchBelowAutograd below;
-    host = t.coalesce().to(at::kCPU);
+    host = t.to(at::kCPU);
   }
   return [t, host](Comm& c) {
     // Plain ATen ops on gradients: nothing to record for autograd (gloo does the same).
     at::AutoDispatchBelowAutograd below;
     at::NoGradGuard no_grad;
-    at::Tensor out = sparse_allreduce_host(c, host.defined() ? host : t.coalesce());
+    at::Tensor out = sparse_allreduce_host(c, (host.defined() ? host : t).coalesce());
     t.copy_(t.device().is_cpu() ? out : out.to(t.device()));
   };
 }

@@ -65,31 +65,37 @@ __global__ void narrow_kernel(const void* x, int64_t n, uint8_t* out, bool vec) 
   }
 }
 
+// Four decoded elements of a none/fp16/bf16 payload (0 beyond n).
+template <Kind K>
+__device__ __forceinline__ void decode4(const uint8_t* in, int64_t e, int64_t n, bool full, float v[4]) {
+  if constexpr (K == Kind::None) {
+    const uint8_t* p = in + 4 * e;
+    if (full) {
+      float4 q = *reinterpret_cast<const float4*>(p);
+      v[0] = q.x, v[1] = q.y, v[2] = q.z, v[3] = q.w;
+    } else {
+      for (int i = 0; i < 4; ++i) v[i] = e + i < n ? u2f(ld_u32(p + 4 * i)) : 0.f;
+    }
+  } else {
+    const uint8_t* p = in + 2 * e;
+    uint16_t h[4];
+    if (full) {
+      uint2 q = *reinterpret_cast<const uint2*>(p);
+      h[0] = (uint16_t)q.x, h[1] = (uint16_t)(q.x >> 16), h[2] = (uint16_t)q.y, h[3] = (uint16_t)(q.y >> 16);
+    } else {
+      for (int i = 0; i < 4; ++i) h[i] = e + i < n ? ld_u16(p + 2 * i) : 0;
+    }
+    for (int i = 0; i < 4; ++i) v[i] = K == Kind::Fp16 ? f16_bits_to_f32(h[i]) : bf16_bits_to_f32(h[i]);
+  }
+}
+
 // out = / += decode of a none/fp16/bf16 payload; Res: out = x - decode (error feedback).
 template <Kind K, bool Acc, bool Res = false>
 __global__ void uncast_kernel(const uint8_t* in, int64_t n, float* out, bool vec, const float* x = nullptr) {
   for (int64_t e = 4 * ((int64_t)blockIdx.x * blockDim.x + threadIdx.x); e < n; e += 4 * (int64_t)gridDim.x * blockDim.x) {
     float v[4];
     const bool full = vec && e + 4 <= n;
-    if constexpr (K == Kind::None) {
-      const uint8_t* p = in + 4 * e;
-      if (full) {
-        float4 q = *reinterpret_cast<const float4*>(p);
-        v[0] = q.x, v[1] = q.y, v[2] = q.z, v[3] = q.w;
-      } else {
-        for (int i = 0; i < 4; ++i) v[i] = e + i < n ? u2f(ld_u32(p + 4 * i)) : 0.f;
-      }
-    } else {
-      const uint8_t* p = in + 2 * e;
-      uint16_t h[4];
-      if (full) {
-        uint2 q = *reinterpret_cast<const uint2*>(p);
-        h[0] = (uint16_t)q.x, h[1] = (uint16_t)(q.x >> 16), h[2] = (uint16_t)q.y, h[3] = (uint16_t)(q.y >> 16);
-      } else {
-        for (int i = 0; i < 4; ++i) h[i] = e + i < n ? ld_u16(p + 2 * i) : 0;
-      }
-      for (int i = 0; i < 4; ++i) v[i] = K == Kind::Fp16 ? f16_bits_to_f32(h[i]) : bf16_bits_to_f32(h[i]);
-    }
+    decode4<K>(in, e, n, full, v);
     float* o = out + e;
     if constexpr (Res) {
       if (full) {
@@ -114,6 +120,44 @@ __global__ void uncast_kernel(const uint8_t* in, int64_t n, float* out, bool vec
 }
 
 unsigned blocks(int64_t n) { return grid_for((n + 3) / 4, kThreads, 1 << 15); }
+
+// out = encode(local + decode(in)) in one pass (the reduce-scatter hop; codec.cc's generic path
+// computes the same sum, local + value, then encodes it).
+template <Kind K>
+__global__ void dae_kernel(const uint8_t* in, const float* local, int64_t n, uint8_t* out, bool vec) {
+  for (int64_t e = 4 * ((int64_t)blockIdx.x * blockDim.x + threadIdx.x); e < n; e += 4 * (int64_t)gridDim.x * blockDim.x) {
+    float v[4], l[4];
+    const bool full = vec && e + 4 <= n;
+    decode4<K>(in, e, n, full, v);
+    load4<InType::F32>(local, e, n, full, l);
+    for (int i = 0; i < 4; ++i) v[i] = rz_add(l[i], v[i]);
+    if constexpr (K == Kind::None) {
+      uint8_t* o = out + 4 * e;
+      if (full) {
+        *reinterpret_cast<float4*>(o) = make_float4(v[0], v[1], v[2], v[3]);
+      } else {
+        for (int i = 0; i < 4 && e + i < n; ++i) st_u32(o + 4 * i, f2u(v[i]));
+      }
+    } else {
+      uint16_t h[4];
+      for (int i = 0; i < 4; ++i) h[i] = K == Kind::Fp16 ? f32_to_f16_bits(v[i]) : f32_to_bf16_bits(v[i]);
+      uint8_t* o = out + 2 * e;
+      if (full) {
+        *reinterpret_cast<uint2*>(o) = make_uint2(h[0] | (uint32_t)h[1] << 16, h[2] | (uint32_t)h[3] << 16);
+      } else {
+        for (int i = 0; i < 4 && e + i < n; ++i) st_u16(o + 2 * i, h[i]);
+      }
+    }
+  }
+}
+
+template <Kind K>
+void dae(const Ctx& c, const uint8_t* in, const float* local, int64_t n, uint8_t* out) {
+  const int a = K == Kind::None ? 16 : 8;
+  const bool vec = aligned(in, a) && aligned(local, 16) && aligned(out, a);
+  dae_kernel<K><<<blocks(n), kThreads, 0, c.stream>>>(in, local, n, out, vec);
+  RZ_LAUNCH_CHECK("cast decode_add_encode kernel");
+}
 
 template <InType T>
 void widen(const Ctx& c, const void* x, int64_t n, uint8_t* out) {
@@ -204,6 +248,16 @@ void cast_residual(const Ctx& c, const Spec& sp, const uint8_t* in, const float*
     case Kind::Fp16: return uncast<Kind::Fp16>(c, in, n, r, false, x);
     case Kind::Bf16: return uncast<Kind::Bf16>(c, in, n, r, false, x);
     default: throw std::runtime_error("ringzip codec (cuda): cast_residual: not a cast codec");
+  }
+}
+
+void cast_decode_add_encode(const Ctx& c, const Spec& sp, const uint8_t* in, const float* local, int64_t n,
+                            uint8_t* out) {
+  switch (sp.kind) {
+    case Kind::None: return dae<Kind::None>(c, in, local, n, out);
+    case Kind::Fp16: return dae<Kind::Fp16>(c, in, local, n, out);
+    case Kind::Bf16: return dae<Kind::Bf16>(c, in, local, n, out);
+    default: throw std::runtime_error("ringzip codec (cuda): cast_decode_add_encode: not a cast codec");
   }
 }
 

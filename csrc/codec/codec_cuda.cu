@@ -12,6 +12,7 @@ namespace {
 [[noreturn]] void fail(const std::string& msg) { throw std::runtime_error("ringzip codec (cuda): " + msg); }
 
 bool is_quant(Kind k) { return k == Kind::Q8 || k == Kind::Q4 || k == Kind::Q2 || k == Kind::Q1; }
+bool is_cast(Kind k) { return k == Kind::None || k == Kind::Fp16 || k == Kind::Bf16; }
 bool is_sparse(Kind k) { return k == Kind::TopK || k == Kind::RandomK; }
 
 void check_n(int64_t n) {
@@ -126,6 +127,7 @@ void decode_add_encode(const Ctx& c, const Spec& sp, const uint8_t* in, size_t i
   check_bytes(sp, in_bytes, n);
   if (n == 0 && !is_sparse(sp.kind)) return;
   if (is_quant(sp.kind)) return detail::quant_decode_add_encode(c, sp, in, local, n, off, enc_key, out);
+  if (is_cast(sp.kind)) return detail::cast_decode_add_encode(c, sp, in, local, n, out);
   // Generic path: dense float32 sum, then encode (as codec.cc).
   auto* sum = static_cast<float*>(c.scratch(4 * n + 16));
   if (n) RZ_CUDA_CHECK(cudaMemcpyAsync(sum, local, 4 * n, cudaMemcpyDeviceToDevice, c.stream));

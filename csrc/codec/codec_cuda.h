@@ -61,6 +61,8 @@ void cast_encode(const Ctx&, const Spec&, InType, const void* x, int64_t n, uint
 void cast_decode(const Ctx&, const Spec&, const uint8_t* in, int64_t n, float* out, bool acc);
 void load_f32(const Ctx&, InType, const void* x, int64_t n, float* out);
 void cast_residual(const Ctx&, const Spec&, const uint8_t* in, const float* x, int64_t n, float* r);
+void cast_decode_add_encode(const Ctx&, const Spec&, const uint8_t* in, const float* local, int64_t n,
+                            uint8_t* out);
 
 void quant_encode(const Ctx&, const Spec&, InType, const void* x, int64_t n, int64_t off,
                   const RngKey&, uint8_t* out);

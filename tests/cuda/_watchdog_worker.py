@@ -30,6 +30,11 @@ import ringzip  # noqa: E402
 R = {"scenario": scenario, "rank": rank, "error": None}
 
 
+def step(what):
+    """Progress on stdout: the test shows the log of a rank that crashed or hung."""
+    print(f"[{scenario} rank {rank}] {what}", flush=True)
+
+
 def save():
     with open(out, "w") as f:
         json.dump(R, f)
@@ -69,9 +74,11 @@ def destroy_and_recreate():
     """destroy_process_group() once the device is idle (timed), then a new group ("b") must work:
     an all_reduce on CUDA tensors is right."""
     torch.cuda.synchronize()
+    step("device idle; destroying the group")
     t0 = time.monotonic()
     dist.destroy_process_group()
     R["destroy_seconds"] = time.monotonic() - t0
+    step(f"destroyed in {R['destroy_seconds']:.2f} s")
     init("b", 60)
     x = torch.full((1000,), float(rank + 1), device="cuda")
     dist.all_reduce(x)
@@ -96,13 +103,16 @@ def solo():
     x = torch.ones(1000, device="cuda")
     dist.all_reduce(x)
     torch.cuda.synchronize()
+    step("first all_reduce done")
     cps = cycles_per_second()
     R["cycles_per_second"] = cps
+    step(f"{cps:.3g} GPU cycles/s")
 
     # wait(timeout) shorter than the call: raises, the call completes, the group stays usable.
     torch.cuda._sleep(int(1.0 * cps))
     w = dist.all_reduce(x, async_op=True)
     R["short_wait"] = expect_failure(lambda: w.wait(timeout=timedelta(milliseconds=200)))
+    step(f"short wait: {R['short_wait']}")
     w.wait()
     torch.cuda.synchronize()
     R["short_wait_then_success"] = bool(w.is_completed() and w.is_success())
@@ -115,8 +125,10 @@ def solo():
     torch.cuda._sleep(int(6.0 * cps))
     w = dist.all_reduce(x, async_op=True)
     R["timeout"] = expect_failure(lambda: w.wait(timeout=timedelta(seconds=30)))
+    step(f"timeout: {R['timeout']}")
     R["timeout_status"] = status(w)
     R["after_timeout"] = expect_failure(lambda: dist.all_reduce(y))
+    step(f"after timeout: {R['after_timeout']}")
     destroy_and_recreate()
 
 

@@ -50,7 +50,7 @@ def run_ranks(script, world, args_of, timeout, what):
     env["PYTHONPATH"] = os.pathsep.join([os.path.dirname(os.path.dirname(ringzip.__file__)), env.get("PYTHONPATH", "")])
     here = os.path.dirname(os.path.abspath(__file__))
     argv = [[str(a) for a in args_of(r)] for r in range(world)]
-    procs = [subprocess.Popen([sys.executable, os.path.join(here, script), *a], env=env, stdout=subprocess.PIPE,
+    procs = [subprocess.Popen([sys.executable, "-X", "faulthandler", os.path.join(here, script), *a], env=env, stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT) for a in argv]
     logs = []
     for p in procs:
@@ -62,7 +62,7 @@ def run_ranks(script, world, args_of, timeout, what):
             pytest.fail(f"{what}: a rank hung for {timeout} s")
     results = []
     for r, a in enumerate(argv):
-        assert os.path.exists(a[-1]), f"{what}: rank {r} wrote no result; log:\n{logs[r]}"
+        assert os.path.exists(a[-1]), f"{what}: rank {r} wrote no result (exit code {procs[r].returncode}); log:\n{logs[r]}"
         with open(a[-1]) as f:
             results.append(json.load(f))
     return results, logs

@@ -51,7 +51,11 @@ def test_work_status_and_stream_semantics(group, cases):
     w = dist.all_reduce(x, async_op=True)
     assert w.wait()  # the current stream waits; the host need not
     torch.cuda.synchronize()
-    assert w.is_completed() and w.is_success() and w.exception() is None
+    assert w.is_completed() and w.is_success()
+    try:
+        assert w.exception() is None
+    except TypeError as e:  # torch <= 2.11 binds Work.exception() without a converter (any backend)
+        assert "exception_ptr" in str(e), e
     assert torch.equal(x, torch.ones_like(x))
     # An explicit timeout blocks the host until the work is done.
     w = dist.all_reduce(x, async_op=True)
