@@ -3,7 +3,7 @@
 //
 // Encode (and the fused decode-add-encode) runs one warp per bucket: pass 1 finds the scale
 // (max |x| with a warp max; q1: the mean |x| in the documented 8-lane order, summed serially by
-// lanes 0..7 from the bucket held in shared memory), pass 2 writes codes, each lane 8
+// lanes 0..7), pass 2 writes codes, each lane 8
 // consecutive elements = `bits` bytes, with Philox blocks computed once per 4 elements. Buckets of up to 512 elements are held in registers
 // between the passes (read once); larger ones are read again in pass 2.
 // Decode is element-parallel: each thread 8 elements, one scale load, vector stores.
@@ -23,8 +23,12 @@ constexpr unsigned kFull = 0xffffffffu;
 
 // ---- sources of the values to encode ----------------------------------------------------------
 
+// kSlowAt: at(b, e) costs more than a load (SrcDecAdd decodes one element from its byte), so
+// q1's serial mean reads the bucket from shared memory instead (measured on an H200: q1
+// decode-add-encode 0.25 -> 0.37 x copy; plain encode 0.54 -> 0.41, so only there).
 template <InType T>
 struct SrcIn {
+  static constexpr bool kSlowAt = false;
   const void* x;
   bool vec;
   struct B {};
@@ -59,6 +63,7 @@ struct SrcIn {
 
 // x + r, element by element (error feedback on an encode: codec.h's encode_feedback).
 struct SrcFeedback {
+  static constexpr bool kSlowAt = false;
   const float* x;
   const float* r;
   bool vec;  // x and r 16-byte aligned
@@ -82,6 +87,7 @@ struct SrcFeedback {
 // decode(in) + local, bucket by bucket (the fused reduce-scatter hop).
 template <int BITS>
 struct SrcDecAdd {
+  static constexpr bool kSlowAt = true;
   const uint8_t* scales;  // in payload
   const uint8_t* codes;
   const float* local;
@@ -195,25 +201,29 @@ encode_kernel(Src src, int64_t n, int64_t bucket, int64_t nb, int64_t off, RngKe
     if (!finite) {
       scale = u2f(kQuantNaN);
     } else if constexpr (BITS == 1) {
-      // The documented order (lane i sums elements i, i + 8, ... serially) is a chain of
-      // dependent adds: it reads the register-cached groups from shared memory instead of
-      // decoding or loading each element again.
-      __shared__ float held[kWarpsPerBlock][512];
-      float* h = held[threadIdx.x >> 5];
-#pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        if (ja + i < L) h[ja + i] = fabsf(va[i]);
-        if (jb + i < L) h[jb + i] = fabsf(vb[i]);
-      }
-      __syncwarp();
       float sum = 0.f;
-      if (lane < kSumLanes) {
-        const int64_t Lh = L < 512 ? L : 512;
+      if constexpr (Src::kSlowAt) {
+        // The documented order (lane i sums elements i, i + 8, ... serially) from the
+        // register-cached groups, through shared memory.
+        __shared__ float held[kWarpsPerBlock][512];
+        float* h = held[threadIdx.x >> 5];
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+          if (ja + i < L) h[ja + i] = fabsf(va[i]);
+          if (jb + i < L) h[jb + i] = fabsf(vb[i]);
+        }
+        __syncwarp();
+        if (lane < kSumLanes) {
+          const int64_t Lh = L < 512 ? L : 512;
 #pragma unroll 8
-        for (int64_t j = lane; j < Lh; j += kSumLanes) sum = rz_add(sum, h[j]);
-        for (int64_t j = 512 + lane; j < L; j += kSumLanes) sum = rz_add(sum, fabsf(src.at(bs, begin + j)));
+          for (int64_t j = lane; j < Lh; j += kSumLanes) sum = rz_add(sum, h[j]);
+          for (int64_t j = 512 + lane; j < L; j += kSumLanes) sum = rz_add(sum, fabsf(src.at(bs, begin + j)));
+        }
+        __syncwarp();  // h is rewritten by this warp's next bucket
+      } else if (lane < kSumLanes) {
+#pragma unroll 8
+        for (int64_t j = lane; j < L; j += kSumLanes) sum = rz_add(sum, fabsf(src.at(bs, begin + j)));
       }
-      __syncwarp();  // h is rewritten by this warp's next bucket
       float l[kSumLanes];
 #pragma unroll
       for (int i = 0; i < kSumLanes; ++i) l[i] = __shfl_sync(kFull, sum, i);

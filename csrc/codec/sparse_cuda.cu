@@ -6,7 +6,6 @@
 // 10 bits) narrow the k-th key T and how many elements equal to T to take; a stable compaction
 // (per-tile counts, one scan over tiles, per-tile block scan) writes the chosen indices in
 // ascending order.
-#include <cub/block/block_exchange.cuh>
 #include <cub/block/block_reduce.cuh>
 #include <cub/block/block_scan.cuh>
 #include <cub/device/device_scan.cuh>
@@ -42,30 +41,20 @@ __global__ void init_kernel(SelState* st, uint32_t k) {
   if (threadIdx.x == 0) st->prefix = 0, st->mask = 0, st->need = k;
 }
 
-// kSub histograms per block (warp w counts into w % kSub): a normal-like gradient puts most
-// elements of the first pass into a few dozen bins, and one shared histogram would serialize
-// their atomics.
-constexpr int kSub = 4;
-
 template <typename KeyFn>
 __global__ void __launch_bounds__(kThreads) hist_kernel(KeyFn f, int64_t n, SelState* st, int shift, int bits) {
-  __shared__ uint32_t h[kSub][kBins];
+  __shared__ uint32_t h[kBins];
   const int nb = 1 << bits;
-  for (int i = threadIdx.x; i < kSub * kBins; i += blockDim.x) h[i / kBins][i % kBins] = 0;
+  for (int i = threadIdx.x; i < nb; i += blockDim.x) h[i] = 0;
   __syncthreads();
-  uint32_t* mine = h[(threadIdx.x >> 5) % kSub];
   const uint32_t prefix = st->prefix, mask = st->mask, dmask = (uint32_t)nb - 1;
   for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
     uint32_t k = f(i);
-    if ((k & mask) == prefix) atomicAdd(&mine[(k >> shift) & dmask], 1u);
+    if ((k & mask) == prefix) atomicAdd(&h[(k >> shift) & dmask], 1u);
   }
   __syncthreads();
-  for (int i = threadIdx.x; i < nb; i += blockDim.x) {
-    uint32_t c = 0;
-#pragma unroll
-    for (int j = 0; j < kSub; ++j) c += h[j][i];
-    if (c) atomicAdd(&st->hist[i], c);
-  }
+  for (int i = threadIdx.x; i < nb; i += blockDim.x)
+    if (h[i]) atomicAdd(&st->hist[i], h[i]);
 }
 
 // One block of 1024 threads: the digit (from the top) where the running count reaches `need`.
@@ -116,30 +105,19 @@ template <typename KeyFn>
 __global__ void __launch_bounds__(kThreads) write_kernel(KeyFn f, int64_t n, const SelState* st, const uint64_t* tile_excl,
                                                          int32_t* idx) {
   using Scan = cub::BlockScan<uint64_t, kThreads>;
-  using Exchange = cub::BlockExchange<uint32_t, kThreads, kItems>;
-  __shared__ union {
-    typename Scan::TempStorage scan;
-    typename Exchange::TempStorage exchange;
-  } tmp;
+  __shared__ typename Scan::TempStorage tmp;
   const uint32_t T = st->prefix, need = st->need;
-  // Loaded striped (coalesced), then each thread takes kItems consecutive elements: the order
-  // within the tile is what keeps the compaction stable.
-  const int64_t tile = (int64_t)blockIdx.x * kTile;
+  const int64_t base = (int64_t)blockIdx.x * kTile + (int64_t)threadIdx.x * kItems;
   uint32_t keys[kItems];
-#pragma unroll
-  for (int j = 0; j < kItems; ++j) {
-    int64_t i = tile + j * kThreads + threadIdx.x;
-    keys[j] = i < n ? f(i) : 0u;
-  }
-  Exchange(tmp.exchange).StripedToBlocked(keys);
-  __syncthreads();
-  const int64_t base = tile + (int64_t)threadIdx.x * kItems;
   uint64_t mine = 0;
 #pragma unroll
-  for (int j = 0; j < kItems; ++j)
-    if (base + j < n) mine += keys[j] > T ? (uint64_t(1) << 32) : (keys[j] == T ? 1u : 0u);
+  for (int j = 0; j < kItems; ++j) {
+    int64_t i = base + j;
+    keys[j] = i < n ? f(i) : 0u;
+    if (i < n) mine += keys[j] > T ? (uint64_t(1) << 32) : (keys[j] == T ? 1u : 0u);
+  }
   uint64_t before;
-  Scan(tmp.scan).ExclusiveSum(mine, before);
+  Scan(tmp).ExclusiveSum(mine, before);
   before += tile_excl[blockIdx.x];
 #pragma unroll
   for (int j = 0; j < kItems; ++j) {
