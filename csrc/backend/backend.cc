@@ -13,7 +13,9 @@ AllreduceAlgo parse_algorithm(const std::string& s) {
   if (s == "rd" || s == "recursive_doubling") return AllreduceAlgo::RecursiveDoubling;
   if (s == "direct") return AllreduceAlgo::Direct;
   if (s == "star") return AllreduceAlgo::Star;
-  RZ_CHECK_VALUE(false, "unknown algorithm '", s, "' (expected auto, ring, rd, direct or star)");
+  if (s == "hd" || s == "halving_doubling") return AllreduceAlgo::HalvingDoubling;
+  if (s == "tree") return AllreduceAlgo::Tree;
+  RZ_CHECK_VALUE(false, "unknown algorithm '", s, "' (expected auto, ring, rd, direct, star, hd or tree)");
 }
 
 const char* algorithm_name(AllreduceAlgo a) {
@@ -23,6 +25,8 @@ const char* algorithm_name(AllreduceAlgo a) {
     case AllreduceAlgo::RecursiveDoubling: return "rd";
     case AllreduceAlgo::Direct: return "direct";
     case AllreduceAlgo::Star: return "star";
+    case AllreduceAlgo::HalvingDoubling: return "hd";
+    case AllreduceAlgo::Tree: return "tree";
   }
   return "?";
 }

@@ -8,7 +8,7 @@
 
 namespace ringzip {
 
-enum class AllreduceAlgo { Auto, Ring, RecursiveDoubling, Direct, Star };
+enum class AllreduceAlgo { Auto, Ring, RecursiveDoubling, Direct, Star, HalvingDoubling, Tree };
 
 // Picks the algorithm for a dense all-reduce of `bytes` over `ranks` (collective/choose.cc).
 AllreduceAlgo choose_allreduce(size_t bytes, int ranks, AllreduceAlgo requested);
@@ -18,6 +18,8 @@ void ring_allreduce(Comm& c, Buf data, RedOp op);
 void rd_allreduce(Comm& c, Buf data, RedOp op);
 void direct_allreduce(Comm& c, Buf data, RedOp op);
 void star_allreduce(Comm& c, Buf data, RedOp op);
+void hd_allreduce(Comm& c, Buf data, RedOp op);
+void tree_allreduce(Comm& c, Buf data, RedOp op);
 
 // Ring reduce-scatter in place: afterwards rank i's part [begin[i], begin[i+1]) holds the
 // reduction over all ranks. `begin` has size()+1 entries.

@@ -23,6 +23,8 @@ void allreduce(Comm& c, Buf data, RedOp op, AllreduceAlgo algo) {
     case AllreduceAlgo::Ring: return ring_allreduce(c, data, op);
     case AllreduceAlgo::Direct: return direct_allreduce(c, data, op);
     case AllreduceAlgo::Star: return star_allreduce(c, data, op);
+    case AllreduceAlgo::HalvingDoubling: return hd_allreduce(c, data, op);
+    case AllreduceAlgo::Tree: return tree_allreduce(c, data, op);
     default: return rd_allreduce(c, data, op);
   }
 }

@@ -91,7 +91,9 @@ AllreduceAlgo parse_dense(const std::string& s) {
   if (s == "rd") return AllreduceAlgo::RecursiveDoubling;
   if (s == "direct") return AllreduceAlgo::Direct;
   if (s == "star") return AllreduceAlgo::Star;
-  bad("unknown all-reduce algorithm '" + s + "' (auto, ring, rd, direct, star)");
+  if (s == "hd") return AllreduceAlgo::HalvingDoubling;
+  if (s == "tree") return AllreduceAlgo::Tree;
+  bad("unknown all-reduce algorithm '" + s + "' (auto, ring, rd, direct, star, hd, tree)");
 }
 
 Buf buf(const at::Tensor& t) { return Buf{t.data_ptr(), static_cast<size_t>(t.numel()), to_dtype(t.scalar_type(), "loopback")}; }
@@ -272,7 +274,7 @@ void bind_loopback(py::module_& m) {
       "seq"_a = 0, "parts"_a = py::none(), "splits"_a = py::none(), "timeout_ms"_a = 60000,
       "Runs a dense collective with len(inputs) ranks (inputs[r]: rank r's tensor) in mode 'eager' (Gloo-like)\n"
       "or 'grouped' (NCCL-like) and returns each rank's result. op: allreduce (algorithm auto, ring, rd, direct,\n"
-      "star), reduce_scatter / allgather (ring, in place, parts: n + 1 element offsets, default even), broadcast,\n"
+      "star, hd, tree), reduce_scatter / allgather (ring, in place, parts: n + 1 element offsets, default even), broadcast,\n"
       "reduce (non-roots keep their input), gather (root gets the inputs in rank order, others an empty tensor),\n"
       "scatter (root's input holds n equal chunks; others' inputs are ignored), alltoall (splits[r][i]: elements\n"
       "rank r sends to rank i; output in source order), barrier. seq: the collective's sequence number (tags;\n"

@@ -7,7 +7,9 @@ from datetime import timedelta
 
 # Dense algorithms (exact all-reduce) and compressed ones share one option: a name that
 # applies to only one family leaves the other on "auto".
-ALGORITHMS = ("auto", "ring", "rd", "direct", "star", "sra", "sparse")
+DENSE_ALGORITHMS = ("auto", "ring", "rd", "direct", "star", "hd", "tree")
+COMPRESSED_ALGORITHMS = ("auto", "ring", "sra", "sparse")
+ALGORITHMS = DENSE_ALGORITHMS + COMPRESSED_ALGORITHMS[2:]
 CODECS = ("none", "fp16", "bf16", "q8", "q4", "q2", "q1", "topk:R", "randomk:R")
 
 
@@ -18,8 +20,9 @@ class Options:
     timeout: default timeout of every collective (``None``: the group's timeout).
     algorithm: ``auto`` (by size and codec), ``ring``, ``rd`` (recursive doubling, dense
         only), ``direct`` (one-round exchange, dense only), ``star`` (reduce at a rotating
-        root and send back, fewest messages: the tiny-message default, dense only), ``sra``
-        (scatter-reduce-allgather, compressed only) or ``sparse``.
+        root and send back, fewest messages: the tiny-message default, dense only), ``hd``
+        (recursive halving-doubling, dense only), ``tree`` (pipelined binary tree, dense
+        only), ``sra`` (scatter-reduce-allgather, compressed only) or ``sparse``.
     codec: ``none`` (exact, the default), ``fp16``, ``bf16``, ``q8``, ``q4``, ``q2``, ``q1``,
         ``topk:R`` or ``randomk:R`` (R: fraction kept, e.g. ``topk:0.01``).
     bucket_size: elements per scale of the q-codecs.
@@ -113,8 +116,8 @@ class Options:
 
 
 def dense_algorithm(algorithm: str) -> str:
-    return algorithm if algorithm in ("auto", "ring", "rd", "direct", "star") else "auto"
+    return algorithm if algorithm in DENSE_ALGORITHMS else "auto"
 
 
 def compressed_algorithm(algorithm: str) -> str:
-    return algorithm if algorithm in ("auto", "ring", "sra", "sparse") else "auto"
+    return algorithm if algorithm in COMPRESSED_ALGORITHMS else "auto"

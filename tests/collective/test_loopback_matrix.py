@@ -9,7 +9,7 @@ simulation of n ranks (ringzip.reference.collectives; DESIGN.md §7).
                           bucket sizes, top-k blocks, seeds and call numbers
   compressed reduce-scatter  the same codecs and sizes; the owner's part and the residual, and
                           separately that the other parts keep the input (compressed.h)
-  dense                   all-reduce with ring, rd, direct, star, auto on float32 SUM (float
+  dense                   all-reduce with ring, rd, direct, star, hd, tree, auto on float32 SUM (float
                           reductions simulated in each algorithm's order), dtypes x ops, ring
                           reduce-scatter / allgather with uneven parts, broadcast, reduce, gather,
                           scatter, all-to-all with uneven splits, barrier
@@ -265,7 +265,7 @@ def test_compressed_reduce_scatter_keeps_other_parts(mode, n, codec, ef):
 
 # ---- dense -------------------------------------------------------------------------------------
 
-DENSE_ALGOS = ("ring", "rd", "direct", "star", "auto")
+DENSE_ALGOS = ("ring", "rd", "direct", "star", "hd", "tree", "auto")
 
 
 def dense_inputs(key, n, count, dtype=torch.float32, op="sum"):
@@ -301,6 +301,18 @@ def test_dense_allreduce(mode, n, algo, size):
 def test_dense_allreduce_ring_segments(mode, algo):
     xs = dense_inputs((3, 4), 3, 3 * 700_001)  # parts of 2.8 MB: three 1 MiB segments each
     same(L.collective("allreduce", xs, mode=mode, algorithm=algo), RC.allreduce(xs, "sum", algo), f"{algo}, {mode}")
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("n", [2, 3, 5])
+@pytest.mark.parametrize("dtype,op", [(torch.float32, "sum"), (torch.float32, "min"), (torch.float16, "sum")],
+                         ids=["float32-sum", "float32-min", "float16-sum"])
+def test_dense_allreduce_tree_segments(mode, n, dtype, op):
+    # 2.8 MB of float32: eight segments of 350 kB and one of a single element, several in flight
+    # through the tree's levels at once; float16: five of 256 kB and a short last one
+    xs = dense_inputs((n, 6, len(op), dtype.itemsize), n, 700_001, dtype, op)
+    same(L.collective("allreduce", xs, mode=mode, algorithm="tree", reduce_op=op),
+         RC.allreduce(xs, op, "tree"), f"tree, {n} ranks, {dtype} {op}, {mode}")
 
 
 DTYPE_OPS = [(torch.float32, "prod"), (torch.float32, "min"), (torch.float32, "max"), (torch.float64, "sum"),
@@ -349,6 +361,20 @@ def test_dense_replicas_identical_with_signed_zeros(request, mode, n, algo, op):
     out = L.collective("allreduce", xs, mode=mode, algorithm=algo, reduce_op=op)
     same(out, RC.allreduce(xs, op, algo), f"{algo} {op} of signed zeros, {n} ranks, {mode}")
     same(out, [out[0]] * n, f"{algo} {op} of signed zeros, {n} ranks, {mode} (replicas vs rank 0)")
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("n", [2, 3, 4, 5])
+@pytest.mark.parametrize("algo", DENSE_ALGOS)
+@pytest.mark.parametrize("op", ["min", "max"])
+def test_dense_operand_order_of_signed_zeros(mode, n, algo, op):
+    # every element a zero of random sign on every rank: the result of each element names the
+    # operand order of every reduction on its way (op(+0, -0) keeps the second), so an algorithm
+    # that swaps an order anywhere (a halving round, a fold, a tree node) differs from the reference
+    g = torch.Generator().manual_seed(case_seed(n, 7, len(op)))
+    xs = [torch.where(torch.rand(4099, generator=g) < 0.5, -0.0, 0.0) for _ in range(n)]
+    out = L.collective("allreduce", xs, mode=mode, algorithm=algo, reduce_op=op, seq=n)
+    same(out, RC.allreduce(xs, op, algo, n), f"{algo} {op} of random signed zeros, {n} ranks, {mode}")
 
 
 def uneven_parts(n, count):

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "collective/algorithms.h"
+#include "collective/dense/fold.h"
 #include "collective/schedule.h"
 
 namespace ringzip {
@@ -21,29 +22,21 @@ namespace ringzip {
 void rd_allreduce(Comm& c, Buf data, RedOp op) {
   const int n = c.size(), r = c.rank();
   if (n == 1 || data.count == 0) return;
-  int p = 1, K = 0;
-  for (; p * 2 <= n; p *= 2) ++K;
-  const int extra = n - p;
-  const uint32_t last_step = 31;
   const size_t bytes = data.bytes();
   auto scratch = c.dev.alloc(bytes);
+  Fold f(c, data, scratch.get());
+  const int p = f.p, K = f.K, extra = f.extra;
   Schedule sch;
   sch.steps = K + 3;
+  f.last = sch.steps - 1;
   sch.ahead = 0;
   sch.recvs = [&](int s, std::vector<Xfer>& q) {
-    if (s == 1 && r < extra) q.push_back({scratch.get(), bytes, r + p, 0, "fold receive from"});
+    f.recvs(s, q);
     if (s >= 2 && s <= K + 1 && r < p)
       q.push_back({scratch.get(), bytes, r ^ (1 << (s - 2)), static_cast<uint32_t>(s - 1), "exchange receive from"});
-    if (s == K + 2 && r >= p) q.push_back({data.data, bytes, r - p, last_step, "result receive from"});
   };
   sch.body = [&](int s, Step& st) {
-    if (r >= p) {  // fold, then wait for the result
-      if (s == 0) st.send(data.data, bytes, r - p, 0, "fold send to");
-      if (s == 1) st.sends_done();  // data is free to take the result
-      if (s == K + 2) st.wait(0);
-      return;
-    }
-    if (s == 0 || s > K + 1) return;
+    if (f.folded_body(s, st) || s == 0 || s > K + 1) return;
     if (s >= 2 || r < extra) {  // the partner's (or the folded) buffer
       st.wait(0);
       st.sends_done();  // data went to the partner before it changes
@@ -57,8 +50,8 @@ void rd_allreduce(Comm& c, Buf data, RedOp op) {
     }
     if (s <= K)
       st.send(data.data, bytes, r ^ (1 << (s - 1)), static_cast<uint32_t>(s), "exchange send to");
-    else if (r < extra)
-      st.send(data.data, bytes, r + p, last_step, "result send to");
+    else
+      f.send_result(st);
   };
   run(c, sch);
 }

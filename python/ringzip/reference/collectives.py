@@ -12,7 +12,9 @@ determined to the bit:
 - Dense float reductions are folded in the order each algorithm fixes (``reduce_into(acc, in)``
   is ``acc = op(acc, in)``): ring part p: op(x_p, op(x_{p-1}, ... op(x_{p+2}, x_{p+1}))); direct
   and star: rank order from rank 0; recursive doubling: the fold of ranks >= 2^k into rank - 2^k,
-  then pairwise exchanges, each rank computing op(own, partner's).
+  then pairwise exchanges, each pair computing op(lower rank's, higher rank's); halving-doubling:
+  the same fold, then per block the same pairwise order over the halving rounds (mask 2^(k-1)
+  first); tree: op(op(own, left child's), right child's) at every node of the heap-shaped tree.
 - sra cuts every part into segments of max(bucket, 2^19 // bucket * bucket) elements, counted from
   the part's start, and encodes them one by one (as the C++ pipeline does); since segments are
   whole buckets and RNG counters are global element indices, the bits equal those of one encode
@@ -103,7 +105,9 @@ def allreduce(xs, op="sum", algo="auto", seq=0):
         for x in d[1:]:
             acc = reduce_into(op, acc, x)
         return [acc.clone() for _ in range(n)]
-    if algo != "rd":
+    if algo == "tree":
+        return _tree_allreduce(d, op)
+    if algo not in ("rd", "hd"):
         raise ValueError(f"unknown all-reduce algorithm {algo!r}")
     p = 1
     while p * 2 <= n:
@@ -111,11 +115,47 @@ def allreduce(xs, op="sum", algo="auto", seq=0):
     v = d[:p]
     for r in range(n - p):
         v[r] = reduce_into(op, v[r], d[r + p])
+    if algo == "hd":
+        return _halving_doubling(v, op, n)
     mask = 1
     while mask < p:
         v = [reduce_into(op, v[min(r, r ^ mask)], v[max(r, r ^ mask)]) for r in range(p)]
         mask <<= 1
     return [v[r].clone() for r in range(p)] + [v[r - p].clone() for r in range(p, n)]
+
+
+def _halving_doubling(v, op, n):
+    """csrc/collective/dense/hd.cc after the fold: v holds the p = 2^k folded buffers. Halving
+    with mask m leaves rank r's window of the m blocks around r as op(lower's, higher's) of the
+    pair r, r ^ m; block r of rank r is then final, and doubling only copies."""
+    p, count = len(v), v[0].numel()
+    begin = even_parts(count, p)
+    span = lambda r, m: slice(begin[r & ~(m - 1)], begin[(r & ~(m - 1)) + m])  # noqa: E731
+    m = p // 2
+    while m >= 1:
+        nxt = [x.clone() for x in v]
+        for r in range(p):
+            lo, hi = min(r, r ^ m), max(r, r ^ m)
+            nxt[r][span(r, m)] = reduce_into(op, v[lo][span(r, m)], v[hi][span(r, m)])
+        v, m = nxt, m // 2
+    out = torch.cat([v[b][begin[b]:begin[b + 1]] for b in range(p)])
+    return [out.clone() for _ in range(n)]
+
+
+def _tree_allreduce(d, op):
+    """csrc/collective/dense/tree.cc: rank v's children are 2v+1 and 2v+2; every rank gets the
+    root's result."""
+    n = len(d)
+
+    def subtree(r):
+        acc = d[r]
+        for k in (2 * r + 1, 2 * r + 2):
+            if k < n:
+                acc = reduce_into(op, acc, subtree(k))
+        return acc
+
+    out = subtree(0)
+    return [out.clone() for _ in range(n)]
 
 
 def reduce(xs, op="sum", root=0):
