@@ -7,18 +7,21 @@
 #include "backend/compression.h"
 #include "backend/fingerprint.h"
 #include "backend/tensors.h"
+#include "codec/codec.h"
 #include "collective/comm.h"
 #include "collective/compressed.h"
 
 namespace ringzip {
 
-// What the mismatch check compares of the codec settings (backend/fingerprint.h). The call's
-// RNG number joins when the call starts (RingzipBackend::stamp).
+// What the mismatch check compares of the codec settings (backend/fingerprint.h), with the codec
+// version (codec/codec.h: ranks built with different codec bits never exchange a payload). The
+// call's RNG number joins when the call starts (RingzipBackend::stamp).
 inline FpExtra codec_fingerprint(const CompressionConfig& cc) {
   FpExtra e;
   e.codec = cc.codec;
   uint64_t h = 1469598103934665603ull;
-  for (uint64_t v : {static_cast<uint64_t>(cc.bucket_size), static_cast<uint64_t>(cc.stochastic), cc.seed,
+  for (uint64_t v : {static_cast<uint64_t>(codec::kCodecVersion), static_cast<uint64_t>(cc.bucket_size),
+                     static_cast<uint64_t>(cc.stochastic), cc.seed,
                      static_cast<uint64_t>(cc.algorithm), static_cast<uint64_t>(cc.topk_block)}) {
     h = (h ^ v) * 1099511628211ull;
   }

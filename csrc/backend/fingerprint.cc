@@ -50,7 +50,8 @@ const char* first_difference(const Fingerprint& a, const Fingerprint& b) {
   if (a.root != b.root) return "root rank";
   if (codec_of(a) != codec_of(b)) return "codec";
   if (a.codec_hash != b.codec_hash)
-    return "codec settings (bucket size, rounding, seed, algorithm or top-k block) or compressed-call count (error-feedback "
+    return "codec settings (bucket size, rounding, seed, algorithm, top-k block or the codec version of the "
+           "ringzip build) or compressed-call count (error-feedback "
            "states restored from different checkpoints or steps)";
   if (a.algo != b.algo) return "all-reduce algorithm setting";
   return nullptr;

@@ -14,6 +14,12 @@
 
 namespace ringzip::codec {
 
+// Version of the codecs' bits. 2: stochastic q8/q4/q2 take one Philox byte per element
+// (philox.h, quantize_math.h's dither_from_byte) instead of one 32-bit word (version 1). Ranks
+// compare it through the mismatch check's codec hash (backend/compressed_run.h); the
+// error-feedback state records it (python/ringzip/api.py).
+constexpr int kCodecVersion = 2;
+
 enum class Kind { None, Fp16, Bf16, Q8, Q4, Q2, Q1, TopK, RandomK };
 // Element type of the caller's buffer; F16/BF16 are passed as uint16 bit patterns.
 enum class InType { F32, F16, BF16 };

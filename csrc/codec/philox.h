@@ -7,8 +7,13 @@
 //   counter = (c0, c1, c2, c3)   = (g/4 & 0xffffffff, g/4 >> 32, seq, stream)
 // where g is the element's index in the whole tensor (elem_offset + local index), seq the
 // collective sequence number, stream = rank << 8 | phase (callers choose; random-k index draws
-// use stream 0 so that every rank draws the same indices). Element g uses output word g % 4.
-// Uniform float: u = (word >> 8) * 2^-24, exactly representable, in [0, 1 - 2^-24].
+// use stream 0 so that every rank draws the same indices).
+// Random-k: element g uses output word g % 4 of block g / 4 (philox_word).
+// Stochastic q8/q4/q2 (codec version 2, codec.h's kCodecVersion): element g uses ONE BYTE,
+// byte g % 4 of word (g / 4) % 4 of block g / 16 (philox_byte): the block's 16 bytes read
+// little-endian in word order are the bytes of elements 16q .. 16q + 15, so one Philox block
+// dithers 16 elements. The byte becomes u = (byte + 0.5) / 256 (quantize_math.h's
+// dither_from_byte). Codec version 1 used word g % 4 of block g / 4 and u = (word >> 8) * 2^-24.
 #pragma once
 #include <cstdint>
 
@@ -58,10 +63,13 @@ RZ_HD U32x4 philox_block(const RngKey& key, uint64_t q) {
                        (uint32_t)(key.seed >> 32));
 }
 
-// The random word of element g.
+// The random word of element g (random-k).
 RZ_HD uint32_t philox_word(const RngKey& key, uint64_t g) { return philox_block(key, g >> 2).v[g & 3]; }
 
-// Exact mapping of a word to a float in [0, 1): top 24 bits times 2^-24.
-RZ_HD float uniform_from_word(uint32_t w) { return (float)(int32_t)(w >> 8) * (1.0f / 16777216.0f); }
+// The dither byte of element g (stochastic q-codecs, codec version 2): byte g % 4 of word
+// (g / 4) % 4 of counter block g / 16.
+RZ_HD uint32_t philox_byte(const RngKey& key, uint64_t g) {
+  return (philox_block(key, g >> 4).v[(g >> 2) & 3] >> (8 * (uint32_t)(g & 3))) & 0xffu;
+}
 
 }  // namespace ringzip::codec

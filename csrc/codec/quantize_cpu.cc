@@ -3,8 +3,9 @@
 // multiple of 8, so every bucket's codes start on a byte boundary.
 //
 // Each bucket is handled in one pass over cache-resident scratch: load (and widen) -> scale ->
-// Philox words -> codes -> pack. The loops are written so GCC vectorizes them at -O3 with the
+// Philox dither bytes (one block per 16 elements) -> codes -> pack. The loops are written so GCC vectorizes them at -O3 with the
 // baseline x86-64 ISA; hot functions are also cloned for AVX2 / AVX-512 (runtime dispatch).
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -32,12 +33,11 @@ QParams qparams(const Spec& sp) { return {sp.bits, sp.bits > 1 ? quant_levels(sp
 
 struct Scratch {
   std::vector<float> x;      // widened / summed bucket input
-  std::vector<uint32_t> w;   // Philox words
+  std::vector<uint32_t> w;   // Philox blocks (dither bytes of the bucket: philox_fill_bytes)
   std::vector<uint8_t> c;    // unpacked codes
   explicit Scratch(int64_t bucket) : x(bucket + 8), w(bucket + 8), c(bucket + 8) {}
 };
 
-// Philox words of global elements [g0, g0 + L): word of g0 + j is at w[j + (g0 & 3)].
 }  // namespace
 
 namespace {
@@ -140,15 +140,32 @@ __attribute__((target("avx512f"))) void philox_fill_avx512(uint64_t q0, int64_t 
 
 }  // namespace
 
-void philox_fill(const RngKey& key, uint64_t g0, int64_t L, uint32_t* w) {
-  uint64_t q0 = g0 >> 2;
-  int64_t nq = (int64_t)(((g0 + L + 3) >> 2) - q0);
+namespace {
+// Blocks q0 .. q0 + nq - 1 into w[4 * (q - q0) + word].
+void philox_fill_blocks(const RngKey& key, uint64_t q0, int64_t nq, uint32_t* w) {
 #if defined(__x86_64__) && defined(__GNUC__)
   static const int isa = __builtin_cpu_supports("avx512f") ? 2 : __builtin_cpu_supports("avx2") ? 1 : 0;
   if (isa == 2) return philox_fill_avx512(q0, nq, key, w);
   if (isa == 1) return philox_fill_avx2(q0, nq, key, w);
 #endif
   philox_fill_scalar(q0, nq, key, w);
+}
+}  // namespace
+
+void philox_fill(const RngKey& key, uint64_t g0, int64_t L, uint32_t* w) {
+  uint64_t q0 = g0 >> 2;
+  philox_fill_blocks(key, q0, (int64_t)(((g0 + L + 3) >> 2) - q0), w);
+}
+
+// Dither bytes of global elements [g0, g0 + L) (philox.h's philox_byte): blocks g0 / 16 .. are
+// written as words; on a little-endian machine their bytes in memory order are the bytes of
+// elements 16 * (g0 / 16) + 0, 1, ..., so element g0 + j's byte is at byte j + g0 % 16.
+// w holds at least (L + 31) / 4 words.
+const uint8_t* philox_fill_bytes(const RngKey& key, uint64_t g0, int64_t L, uint32_t* w) {
+  static_assert(std::endian::native == std::endian::little, "philox_fill_bytes reads words as bytes");
+  uint64_t q0 = g0 >> 4;
+  philox_fill_blocks(key, q0, (int64_t)(((g0 + L + 15) >> 4) - q0), w);
+  return reinterpret_cast<const uint8_t*>(w) + (g0 & 15);
 }
 
 RZ_CLONES uint32_t amax_bits(const float* x, int64_t L) {
@@ -162,8 +179,8 @@ RZ_CLONES uint32_t amax_bits(const float* x, int64_t L) {
 
 namespace {
 
-RZ_CLONES void codes_stoch(const float* x, const uint32_t* w, int64_t L, float inv, int s, uint8_t* c) {
-  for (int64_t j = 0; j < L; ++j) c[j] = (uint8_t)quant_code_stoch(x[j], inv, uniform_from_word(w[j]), s);
+RZ_CLONES void codes_stoch(const float* x, const uint8_t* d, int64_t L, float inv, int s, uint8_t* c) {
+  for (int64_t j = 0; j < L; ++j) c[j] = (uint8_t)quant_code_stoch(x[j], inv, dither_from_byte(d[j]), s);
 }
 RZ_CLONES void codes_nearest(const float* x, int64_t L, float inv, int s, uint8_t* c) {
   for (int64_t j = 0; j < L; ++j) c[j] = (uint8_t)quant_code_nearest(x[j], inv, s);
@@ -286,8 +303,7 @@ void encode_bucket(const QParams& p, const float* x, int64_t L, uint64_t g0, con
     scale = u2f(am);
     float inv = quant_inv(scale, p.s);
     if (p.stochastic) {
-      philox_fill(key, g0, L, sc.w.data());
-      codes_stoch(x, sc.w.data() + (g0 & 3), L, inv, p.s, c);
+      codes_stoch(x, philox_fill_bytes(key, g0, L, sc.w.data()), L, inv, p.s, c);
     } else {
       codes_nearest(x, L, inv, p.s, c);
     }

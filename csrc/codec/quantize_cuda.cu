@@ -3,9 +3,9 @@
 //
 // Encode (and the fused decode-add-encode) runs one warp per bucket: pass 1 finds the scale
 // (max |x| with a warp max; q1: the mean |x| in the documented 8-lane order, summed serially by
-// lanes 0..7), pass 2 writes codes, each lane 8
-// consecutive elements = `bits` bytes, with Philox blocks computed once per 4 elements. Buckets of up to 512 elements are held in registers
-// between the passes (read once); larger ones are read again in pass 2.
+// lanes 0..7), pass 2 writes codes, each lane 8 consecutive elements = `bits` bytes, with one
+// Philox block per 16 elements (one byte of dither each: bytes8). Buckets of up to 512 elements
+// are held in registers between the passes (read once); larger ones are read again in pass 2.
 // Decode is element-parallel: each thread 8 elements, one scale load, vector stores.
 // Error feedback (codec.h's encode_feedback / residual) reuses both kernels: the encode kernel
 // reads x + r and writes r = x + r - value(code) while the codes are still in registers; the
@@ -122,29 +122,29 @@ struct SrcDecAdd {
   }
 };
 
-// ---- Philox words of 8 consecutive elements ------------------------------------------------------
+// ---- dither bytes of 8 consecutive elements (codec version 2: philox.h's philox_byte) ----------
 
-template <int S>
-__device__ __forceinline__ void pick8(const U32x4& a, const U32x4& b, const U32x4& c, uint32_t w[8]) {
-  const uint32_t all[12] = {a.v[0], a.v[1], a.v[2], a.v[3], b.v[0], b.v[1], b.v[2], b.v[3],
-                            c.v[0], c.v[1], c.v[2], c.v[3]};
-#pragma unroll
-  for (int i = 0; i < 8; ++i) w[i] = all[S + i];
-}
-
-__device__ __forceinline__ void words8(const RngKey& key, uint64_t g0, uint32_t w[8]) {
-  const uint64_t q = g0 >> 2;
-  const int sh = (int)(g0 & 3);
-  U32x4 a = philox_block(key, q), b = philox_block(key, q + 1);
-  if (sh == 0) {
-    pick8<0>(a, b, b, w);
-    return;
+// Bytes of elements g0 .. g0 + 7: bytes g0 % 16 .. g0 % 16 + 7 of blocks g0 / 16 and, only when
+// the 8 elements cross a 16-element boundary (g0 % 16 > 8), g0 / 16 + 1. Groups start at
+// elem_offset + multiples of 8, so with elem_offset % 8 == 0 every lane computes one block.
+__device__ __forceinline__ void bytes8(const RngKey& key, uint64_t g0, uint32_t d[8]) {
+  const int sh = (int)(g0 & 15);
+  const U32x4 a = philox_block(key, g0 >> 4);
+  U32x4 b = a;
+  if (sh > 8) b = philox_block(key, (g0 >> 4) + 1);
+  uint32_t w0, w1, w2;  // words sh / 4 .. sh / 4 + 2 of the 8 words of a, b
+  switch (sh >> 2) {
+    case 0: w0 = a.v[0], w1 = a.v[1], w2 = a.v[2]; break;
+    case 1: w0 = a.v[1], w1 = a.v[2], w2 = a.v[3]; break;
+    case 2: w0 = a.v[2], w1 = a.v[3], w2 = b.v[0]; break;
+    default: w0 = a.v[3], w1 = b.v[0], w2 = b.v[1]; break;
   }
-  U32x4 c = philox_block(key, q + 2);
-  switch (sh) {
-    case 1: pick8<1>(a, b, c, w); break;
-    case 2: pick8<2>(a, b, c, w); break;
-    default: pick8<3>(a, b, c, w); break;
+  const uint32_t r = 8u * (uint32_t)(sh & 3);
+  const uint32_t lo = __funnelshift_r(w0, w1, r), hi = __funnelshift_r(w1, w2, r);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    d[i] = (lo >> (8 * i)) & 0xffu;
+    d[4 + i] = (hi >> (8 * i)) & 0xffu;
   }
 }
 
@@ -243,10 +243,10 @@ encode_kernel(Src src, int64_t n, int64_t bucket, int64_t nb, int64_t off, RngKe
 #pragma unroll
           for (int i = 0; i < 8; ++i) c[i] = v[i] >= 0.0f ? 1u : 0u;
         } else if (stochastic) {
-          uint32_t w[8];
-          words8(key, (uint64_t)(off + begin + j0), w);
+          uint32_t d[8];
+          bytes8(key, (uint64_t)(off + begin + j0), d);
 #pragma unroll
-          for (int i = 0; i < 8; ++i) c[i] = quant_code_stoch(v[i], inv, uniform_from_word(w[i]), s);
+          for (int i = 0; i < 8; ++i) c[i] = quant_code_stoch(v[i], inv, dither_from_byte(d[i]), s);
         } else {
 #pragma unroll
           for (int i = 0; i < 8; ++i) c[i] = quant_code_nearest(v[i], inv, s);

@@ -3,7 +3,8 @@
 //
 // q8/q4/q2 (b bits, s = 2^(b-1) - 1 levels each side):
 //   scale = max|x| over the bucket (exact), inv = fl(s / scale) (0 if scale == 0),
-//   t = fl(x * inv), code = clamp(floor(fl(t + u)), -s, s)       (stochastic, u from Philox)
+//   t = fl(x * inv), code = clamp(floor(fl(t + u)), -s, s)       (stochastic, u from Philox:
+//                                                                  u = (byte + 0.5) / 256)
 //                    code = clamp(rne(t), -s, s)                  (nearest)
 //   stored as code + s in b bits; decoded value = fl((float)code * fl(scale / s)).
 // q1: scale = mean|x| = fl(sum / count) with the 8-lane summation order below; bit = (x >= 0);
@@ -37,7 +38,13 @@ RZ_HD int32_t floor_i32(float y) {
 }
 RZ_HD int32_t clamp_i32(int32_t v, int32_t lo, int32_t hi) { return v < lo ? lo : (v > hi ? hi : v); }
 
-// Unsigned code in [0, 2s] of a finite x, stochastic rounding with uniform u in [0, 1).
+// The dither of an element from its Philox byte (philox.h, codec version 2): u = (byte + 0.5) / 256,
+// exact in float, the centres of the 256 cells of [0, 1). With t = x * inv and p = t - floor(t),
+// E[code] - t = (round(256 p) - 256 p) / 256 up to ties, so the bias of a decoded value is at most
+// step / 512 in magnitude (docs/wire-format.md, "Stochastic rounding").
+RZ_HD float dither_from_byte(uint32_t b) { return ((float)(int32_t)b + 0.5f) * (1.0f / 256.0f); }
+
+// Unsigned code in [0, 2s] of a finite x, stochastic rounding with dither u in [0, 1).
 RZ_HD uint32_t quant_code_stoch(float x, float inv, float u, int s) {
   float y = rz_add(rz_mul(x, inv), u);
   return (uint32_t)(clamp_i32(floor_i32(y), -s, s) + s);

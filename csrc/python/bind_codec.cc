@@ -184,6 +184,8 @@ void bind_codec(py::module_& m) {
   c.def("biased", [](const std::string& spec, bool stochastic) { return cd::biased(cd::parse(spec, 512, stochastic)); },
         "spec"_a, "stochastic"_a = true);
   c.def("name", [](const std::string& spec) { return cd::name(cd::parse(spec, 512, true)); }, "spec"_a);
+  // Version of the codecs' bits (codec/codec.h): 2 = one Philox byte of dither per element.
+  c.attr("codec_version") = cd::kCodecVersion;
 }
 
 }  // namespace ringzip

@@ -6,6 +6,7 @@ import warnings
 import torch
 import torch.distributed as dist
 
+from . import _C
 from ._registry import apply_options, backend_of, options_of
 from .options import Options
 
@@ -69,6 +70,9 @@ def error_feedback_state(group=None, model=None) -> dict:
     A plain dict (tensors, ints, lists), for ``torch.save`` or torch.distributed.checkpoint::
 
         version      2
+        codec_version  the codec bits the residuals came from (ringzip._C.codec.codec_version;
+                     absent: 1). Loading a state of another codec version works, but the
+                     resumed run is not bit for bit the uninterrupted one (a warning says so)
         rank, world_size
         calls        compressed calls so far on this group: the position of the
                      stochastic-rounding / random-k RNG stream, which restarts there on load
@@ -92,6 +96,7 @@ def error_feedback_state(group=None, model=None) -> dict:
     calls, residuals = b.error_feedback_state()
     return {
         "version": STATE_VERSION,
+        "codec_version": int(_C.codec.codec_version),
         "rank": dist.get_rank(group),
         "world_size": dist.get_world_size(group),
         "calls": int(calls),
@@ -123,6 +128,13 @@ def load_error_feedback_state(group=None, state: dict | None = None, model=None)
             f"{STATE_VERSION}. Version 1 states (ringzip <= 0.1.0) numbered residuals by first use, which a restarted "
             "DDP does not reproduce, and did not hold the RNG position: they cannot resume exactly; start without "
             "loading one (the residuals begin at zero)")
+    codec_version = state.get("codec_version", 1)
+    if codec_version != _C.codec.codec_version:
+        warnings.warn(
+            f"ringzip.load_error_feedback_state: the state comes from codec version {codec_version}, this ringzip "
+            f"encodes with version {_C.codec.codec_version} (stochastic rounding draws other bits): the residuals "
+            "are loaded and training continues correctly, but not bit for bit as the saving run would have",
+            stacklevel=2)
     rank, size = dist.get_rank(group), dist.get_world_size(group)
     if state["rank"] != rank or state["world_size"] != size:
         raise ValueError(

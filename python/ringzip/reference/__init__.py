@@ -7,7 +7,9 @@ from dataclasses import dataclass
 import torch
 
 from . import cast, quantize, sparse
-from .philox import philox4x32_10, philox_words, uniform_from_words  # noqa: F401
+from .philox import philox4x32_10, philox_bytes, philox_words, uniform_from_bytes, uniform_from_words  # noqa: F401
+
+CODEC_VERSION = 2  # csrc/codec/codec.h's kCodecVersion: the bits these functions define
 
 _BITS = {"q8": 8, "q4": 4, "q2": 2, "q1": 1}
 

@@ -2,8 +2,9 @@
 
 Layout: ceil(n / bucket) float32 scales, then codes packed LSB-first (element i at bit i * b of
 the code area). q8/q4/q2: scale = max|x|, s = 2**(b-1) - 1, inv = fl(s / scale) (0 for a zero
-bucket), t = fl(x * inv), code = clamp(floor(fl(t + u)), -s, s) (stochastic) or clamp(rne(t))
-(nearest), stored as code + s; value = fl(code * fl(scale / s)). q1: scale = fl(sum|x| / count),
+bucket), t = fl(x * inv), code = clamp(floor(fl(t + u)), -s, s) (stochastic; codec version 2:
+u = (byte + 0.5) / 256 from element g's Philox byte, see philox.py) or clamp(rne(t)) (nearest),
+stored as code + s; value = fl(code * fl(scale / s)). q1: scale = fl(sum|x| / count),
 sum in 8 lanes (lane j % 8 accumulates element j of the bucket in order; lanes combined as
 ((l0+l1)+(l2+l3))+((l4+l5)+(l6+l7))), bit = x >= 0, value = bit ? scale : -scale.
 A bucket with NaN/Inf: scale = NaN (0x7fc00000), codes 0.
@@ -12,7 +13,7 @@ import math
 
 import torch
 
-from .philox import philox_words, uniform_from_words
+from .philox import philox_bytes, uniform_from_bytes
 
 NAN_BITS = 0x7FC00000
 LANES = 8
@@ -73,7 +74,7 @@ def encode(bits: int, x: torch.Tensor, bucket: int, stochastic: bool, seed: int,
         inv = torch.where(scale > 0, _f32(float(s)) / scale, _f32(0.0))
         t = xp * inv[:, None]
         if stochastic:
-            u = uniform_from_words(philox_words(seed, seq, stream, elem_offset, nb * bucket)).view(nb, bucket)
+            u = uniform_from_bytes(philox_bytes(seed, seq, stream, elem_offset, nb * bucket)).view(nb, bucket)
             c = torch.floor(t + u)
         else:
             c = torch.round(t)  # half to even
