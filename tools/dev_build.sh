@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Incremental developer build: compiles into build/dev and drops _C*.so into
-# python/ringzip, so `PYTHONPATH=python` imports the tree without installing.
+# Incremental developer build: compiles into build/dev (BUILD_DIR overrides: one per torch when
+# checking several) and drops _C*.so into python/ringzip, so `PYTHONPATH=python` imports the tree
+# without installing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python}
@@ -8,9 +9,10 @@ PY=${PYTHON:-python}
 # The cmake and ninja installed beside that Python (pip's, as make installs them) first: an
 # older system cmake can't drive nvcc 13 (no CUDA20 dialect) and leaves a broken build/dev.
 PATH="$(dirname "$(command -v "$PY")"):$PATH"
-cmake -S . -B build/dev -G Ninja -DPython_EXECUTABLE="$(command -v "$PY")" \
+B=${BUILD_DIR:-build/dev}
+cmake -S . -B "$B" -G Ninja -DPython_EXECUTABLE="$(command -v "$PY")" \
   -DCMAKE_BUILD_TYPE=${BUILD_TYPE:-Release} ${CMAKE_ARGS:-} >/dev/null
-cmake --build build/dev -j "${JOBS:-2}"
-for so in build/dev/_C*.so; do  # replace, never overwrite: running processes keep the old file
+cmake --build "$B" -j "${JOBS:-2}"
+for so in "$B"/_C*.so; do  # replace, never overwrite: running processes keep the old file
   cp -f "$so" "python/ringzip/.$(basename "$so").tmp" && mv -f "python/ringzip/.$(basename "$so").tmp" "python/ringzip/$(basename "$so")"
 done
