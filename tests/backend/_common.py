@@ -146,3 +146,14 @@ def init_world(ctx, backend: str, **options):
         pg_options=backend_options(backend, **options) if options else None,
     )
     return dist.new_group(backend="gloo")
+
+
+def work_exception(w):
+    """w.exception(), or None where torch's own binding cannot return it (torch 2.11 binds it as a
+    std::exception_ptr without a converter: a TypeError for every backend, gloo's too)."""
+    try:
+        return w.exception()
+    except TypeError as e:
+        if "Unable to convert function return value" not in str(e):
+            raise
+        return None

@@ -27,7 +27,7 @@ import torch.distributed as dist
 from tests import mp
 from tests.backend._common import (
     ALL_DTYPES, FLOATS, INTS, dname, exact, gen, init_world, backend_options, make_op, op_factor,
-    same, valid_ops, within_bound,
+    same, valid_ops, within_bound, work_exception,
 )
 
 BACKEND = "ringzip"
@@ -474,7 +474,8 @@ def section_barrier_async(chk, g, ref, rank, ws):
             assert w.wait() is True or w.wait() is None
         for w in works:
             assert w.is_completed(), "is_completed() False after wait()"
-            assert w.exception() is None, f"exception() = {w.exception()!r} for a successful op"
+            exc = work_exception(w)
+            assert exc is None, f"exception() = {exc!r} for a successful op"
         for x, o in zip(xs, outs):
             r_ = x.clone()
             dist.all_reduce(r_, group=ref)

@@ -268,7 +268,7 @@ def works_with(ctx):
     with chk.case("monitored_barrier/gloo_only"):
         try:
             dist.monitored_barrier(timeout=datetime.timedelta(seconds=20))
-        except RuntimeError as e:
+        except (RuntimeError, ValueError) as e:  # torch 2.11 raises ValueError, later ones RuntimeError
             assert "GLOO" in str(e).upper(), str(e)
         else:
             raise AssertionError("monitored_barrier on ringzip passed: update the README's Works with table")

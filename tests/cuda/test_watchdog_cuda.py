@@ -8,7 +8,7 @@ import pytest
 import ringzip
 
 pytestmark = pytest.mark.cuda
-HARD_TIMEOUT = 120
+HARD_TIMEOUT = 60  # per scenario launch (all ranks)
 
 
 def launch(spawn, tmp_path, scenario, world):
@@ -19,7 +19,8 @@ def launch(spawn, tmp_path, scenario, world):
     if any(res.get("nccl_init_failed") for res in results):
         pytest.skip(f"NCCL refused several ranks on one GPU: {results[0].get('nccl_init_failed', '')[:300]}")
     for r, res in enumerate(results):
-        assert res["error"] is None, f"{scenario} rank {r}:\n{res['error']}\nlog:\n{logs[r]}"
+        err = [ln for ln in (res["error"] or "").strip().splitlines() if ln.strip()]
+        assert res["error"] is None, f"{scenario} rank {r}: {err[-1][:200] if err else ''}\n{res['error']}\nlog:\n{logs[r]}"
     return results
 
 
@@ -40,7 +41,9 @@ def test_deadline_short_wait_and_new_group(spawn, tmp_path):
     assert kind == "DistBackendError", res["timeout"]
     assert "did not complete within its timeout of 2000 ms" in msg and "seq" in msg and "rank 0 of 1" in msg, msg
     assert 1.8 <= elapsed <= 6.0, f"the watchdog raised after {elapsed:.2f} s for a 2 s timeout"
-    assert res["timeout_status"] == [True, False, True], f"is_completed, is_success, exception(): {res['timeout_status']}"
+    st = res["timeout_status"]  # exception(): a string where torch's binding cannot return it (torch 2.11)
+    assert st[:2] == [True, False] and (st[2] is True or "Unable to convert function return value" in str(st[2])), \
+        f"is_completed, is_success, exception(): {st}"
     elapsed, kind, msg = res["after_timeout"]
     assert kind == "DistBackendError" and "unusable" in msg and elapsed < 1.0, res["after_timeout"]
     assert res["new_group_ok"]
