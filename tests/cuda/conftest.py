@@ -3,6 +3,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from datetime import timedelta
 
 import pytest
@@ -53,13 +54,21 @@ def run_ranks(script, world, args_of, timeout, what):
     procs = [subprocess.Popen([sys.executable, "-X", "faulthandler", os.path.join(here, script), *a], env=env, stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT) for a in argv]
     logs = []
-    for p in procs:
+    deadline = time.monotonic() + timeout  # one deadline for all ranks, not `timeout` per rank
+    for r, p in enumerate(procs):
         try:
-            logs.append(p.communicate(timeout=timeout)[0].decode(errors="replace")[-3000:])
+            logs.append(p.communicate(timeout=max(0.1, deadline - time.monotonic()))[0].decode(errors="replace")[-3000:])
         except subprocess.TimeoutExpired:
             for q in procs:
                 q.kill()
-            pytest.fail(f"{what}: a rank hung for {timeout} s")
+            tails = []
+            for q in procs:
+                try:
+                    tails.append(q.communicate(timeout=5)[0].decode(errors="replace")[-1500:])
+                except subprocess.TimeoutExpired:
+                    tails.append("<no output>")
+            pytest.fail(f"{what}: rank {r} still running after {timeout} s (all ranks killed); output:\n" +
+                        "\n".join(f"--- rank {i}:\n{t}" for i, t in enumerate(tails)))
     results = []
     for r, a in enumerate(argv):
         assert os.path.exists(a[-1]), f"{what}: rank {r} wrote no result (exit code {procs[r].returncode}); log:\n{logs[r]}"

@@ -59,6 +59,6 @@ def compat_cuda(ctx):
 
 
 def test_compat_cuda():
-    res = mp.run(compat_cuda, 2, timeout=150)
+    res = mp.run(compat_cuda, 2, timeout=60)
     mp.raise_on_failures(mp.merge(res), "GPU compatibility")
     assert all(len(r["passed"]) == 4 for r in res), [r["passed"] for r in res]

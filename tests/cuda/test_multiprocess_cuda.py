@@ -9,7 +9,7 @@ import pytest
 import ringzip
 
 pytestmark = pytest.mark.cuda
-TIMEOUT = 150
+TIMEOUT = 60  # per launch (all ranks); a hung rank is killed and the test fails
 
 
 def launch(spawn, tmp_path, world, mode, script="_worker.py"):
@@ -22,9 +22,15 @@ def launch(spawn, tmp_path, world, mode, script="_worker.py"):
     return spawn(script, world, args, TIMEOUT, f"{mode} world {world}")
 
 
+def last_line(tb):
+    """The exception line of a traceback: pytest's one-line summary shows the message's first line."""
+    lines = [ln for ln in (tb or "").strip().splitlines() if ln.strip()]
+    return lines[-1][:200] if lines else ""
+
+
 def check(results, logs):
     for r, res in enumerate(results):
-        assert res["error"] is None, f"rank {r}:\n{res['error']}\nlog:\n{logs[r]}"
+        assert res["error"] is None, f"rank {r}: {last_line(res['error'])}\n{res['error']}\nlog:\n{logs[r]}"
         bad = [c for c in res["cases"] if not c["same"]]
         assert not bad, f"rank {r}: CUDA path differs from the CPU path: {bad}"
 
@@ -58,7 +64,7 @@ def test_every_collective_two_ranks_nccl(spawn, tmp_path):
     if any(r.get("nccl_init_failed") for r in results):
         pytest.skip(f"NCCL {v} refused several ranks on one GPU: {results[0].get('nccl_init_failed', '')[:300]}")
     for r, res in enumerate(results):
-        assert res["error"] is None, f"rank {r}:\n{res['error']}\nlog:\n{logs[r]}"
+        assert res["error"] is None, f"rank {r}: {last_line(res['error'])}\n{res['error']}\nlog:\n{logs[r]}"
         assert not res["failed"], f"rank {r}: {len(res['failed'])} case(s) failed: " + "\n".join(
             f"{k}: {v}" for k, v in list(res["failed"].items())[:10])
         assert len(res["passed"]) > 100, f"rank {r}: only {len(res['passed'])} cases ran"
