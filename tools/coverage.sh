@@ -23,5 +23,8 @@ cp "$DIR"/_C*.so "$DIR/py/ringzip/"
 [ $# -gt 0 ] || set -- tests/collective/test_loopback_matrix.py tests/collective/test_loopback_transport.py
 status=0
 PYTHONPATH="$PWD/$DIR/py" "$PY" -m pytest -q -p no:cacheprovider "$@" | tail -3 || status=$?
-"$GCOVR" --root . --filter 'csrc/collective/' --txt - --print-summary "$DIR/CMakeFiles/_C.dir"
+# The ranks are threads and gcov counters are not atomic: a rare lost update shows as a
+# negative branch count, which gcovr refuses unless told to warn.
+"$GCOVR" --root . --filter 'csrc/collective/' --gcov-ignore-parse-errors=negative_hits.warn_once_per_file \
+  --txt - --print-summary "$DIR/CMakeFiles/_C.dir"
 exit $status
