@@ -101,6 +101,17 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+def simd_level() -> str:
+    """The widest vector ISA the codec kernels dispatch to on this CPU (they pick AVX-512, then
+    AVX2, then scalar code at run time)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next((ln.split(":", 1)[1].split() for ln in f if ln.startswith("flags")), [])
+    except OSError:
+        flags = []
+    return "AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else "scalar"
+
+
 def versions() -> dict:
     """Versions for the header; importing ringzip must not be fatal here."""
     import torch
@@ -120,7 +131,7 @@ def header_lines(nproc: int, link: str, extra: dict | None = None) -> list[str]:
     lines = [
         f"# ringzip-bench  host={socket.gethostname()}  python={v['python']}",
         f"# torch {v['torch']}  ringzip {v['ringzip']}",
-        f"# cpu: {cpu_model()} x {os.cpu_count()} logical cores",
+        f"# cpu: {cpu_model()} x {os.cpu_count()} logical cores, SIMD {simd_level()}",
         f"# nproc {nproc}  link: {link}",
     ]
     try:
