@@ -36,12 +36,6 @@ if part build 240 env PYTHON="$PY" JOBS="${JOBS:-$(nproc)}" tools/dev_build.sh; 
   # Per-test limit (pytest-timeout where installed) so one hang cannot eat the whole lease.
   TO=$("$PY" -c "import pytest_timeout" 2>/dev/null && echo "--timeout=${TEST_TIMEOUT:-170}")
   part tests ${TESTS_LIMIT:-300} env PYTHONPATH=python "$PY" -m pytest -q -rfEs -m cuda tests/cuda -p no:cacheprovider $TO --junitxml="$OUT/tests.xml" ${TESTS_ARGS:-}
-  # A crash of the watchdog's solo scenario: a C++ backtrace (cuda-gdb also debugs host code).
-  if [ -f "$OUT/tests.log" ] && grep -q "FAILED.*test_deadline_short_wait" "$OUT/tests.log" && command -v cuda-gdb >/dev/null; then
-    D=$(mktemp -d)
-    part solo_bt 90 env PYTHONPATH=python cuda-gdb -batch -ex run -ex "info threads" -ex "thread apply all bt 25" \
-      --args "$PY" tests/cuda/_watchdog_worker.py solo 0 1 "$D" "$D/o.json"
-  fi
 else
   echo "build failed: skipping tests and benchmarks"
 fi

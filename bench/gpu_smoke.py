@@ -1,5 +1,7 @@
 """First check after a GPU build (bench/gpu_check.sh): a world-size-1 ringzip group, one exact
-and one q4 all-reduce of a CUDA tensor through the NCCL transport, checked against the input.
+and one q4 all-reduce of a CUDA tensor through the NCCL transport, checked against the input, and
+an error message with a number in it (on the H200 machine of 2026-11-30 every number the
+extension formatted through iostreams crashed it, until libstdc++ was linked in: CMakeLists.txt).
 Prints one line per step, so a later hang still leaves the basics on record."""
 import os
 import sys
@@ -28,6 +30,11 @@ dist.all_reduce(z)
 torch.cuda.synchronize()
 rel = ((z - x).norm() / x.norm()).item()
 print(f"q4 all_reduce, world 1: rel-L2 {rel:.3e} (q4 at world 1 is exact or quantized, by design)", flush=True)
+try:
+    dist.all_gather([torch.zeros(2), torch.zeros(2)], torch.zeros(2))  # a list of 2 for 1 rank
+    sys.exit("smoke: all_gather with a wrong output list raised nothing")
+except ValueError as e:
+    print(f"error message with numbers: {str(e)[:120]}", flush=True)
 dist.destroy_process_group()
 print("smoke ok", flush=True)
 sys.exit(0)

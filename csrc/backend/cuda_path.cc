@@ -58,9 +58,6 @@ CudaWork::CudaWork(int rank, int size, c10d::OpType type, std::string name, std:
       future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()),
                                                        std::vector<c10::Device>{device})) {}
 
-// Plain string building: on the H200 machine (torch 2.11, GCC 13 build) this function crashed
-// inside ostream's number formatting when a short wait() timed out (cuda-gdb backtrace,
-// 2026-11-30); to_string formats without locale facets.
 std::string CudaWork::describe() const {
   return name_ + " (seq " + std::to_string(seq_) + ", rank " + std::to_string(rank_) + " of " +
          std::to_string(size_) + ") on group '" + group_ + "' on " + device_.str();
@@ -111,10 +108,9 @@ bool CudaWork::wait(std::chrono::milliseconds timeout) {
     auto nap = std::chrono::microseconds(20);
     while (!failed() && !ended()) {
       if (timeout != kNoTimeout && std::chrono::steady_clock::now() - t0 >= timeout) {
-        const std::string msg = "ringzip: wait(timeout=" + std::to_string(timeout.count()) + " ms) on " +
-                                describe() + ": not completed yet; the call itself stays in flight under its own " +
-                                "timeout of " + std::to_string(timeout_.count()) + " ms, which the CUDA watchdog enforces";
-        TORCH_CHECK_WITH(DistBackendError, false, msg);
+        TORCH_CHECK_WITH(DistBackendError, false, "ringzip: wait(timeout=", timeout.count(), " ms) on ", describe(),
+                         ": not completed yet; the call itself stays in flight under its own timeout of ",
+                         timeout_.count(), " ms, which the CUDA watchdog enforces");
       }
       std::this_thread::sleep_for(nap);
       nap = std::min<std::chrono::microseconds>(nap * 2, std::chrono::milliseconds(1));

@@ -24,8 +24,7 @@ struct Op {
   St st = St::Queued;
   std::string error;
   int source = -1;
-  bool issued = false;  // grouped: its group was closed (group_end, wait or group_start)
-  uint64_t group = 0;   // grouped: the number of that group on its rank
+  uint64_t group = 0;  // grouped: the number of its group on its rank
 };
 using OpPtr = std::shared_ptr<Op>;
 
@@ -52,7 +51,7 @@ struct LoopbackHub::State {
   };
   struct Rank {
     bool closed = false;
-    std::vector<OpPtr> open;    // grouped: posted, group not closed yet
+    std::vector<OpPtr> open;    // grouped: the group being issued (filled and closed under one lock)
     std::deque<Group> groups;   // grouped: closed, unfinished, in stream order; front runs
     uint64_t next_group = 0;
     OpPtr waiting;              // what its thread blocks on
@@ -83,12 +82,7 @@ struct LoopbackHub::State {
     else
       o << "receive of " << op.bytes << " bytes from rank " << op.peer;
     if (!grouped()) o << " (tag " << hex(op.tag) << ")";  // grouped: not used
-    if (grouped()) {
-      if (!op.issued)
-        o << " [not issued: its group is still open]";
-      else
-        o << " [group " << op.group << "]";
-    }
+    if (grouped()) o << " [group " << op.group << "]";
     return o.str();
   }
 
@@ -109,11 +103,10 @@ struct LoopbackHub::State {
   // ---- grouped: stream order -------------------------------------------------------------
   bool running(const Op& op) const {
     const auto& g = ranks[op.owner].groups;
-    return op.issued && !g.empty() && g.front().id == op.group;
+    return !g.empty() && g.front().id == op.group;
   }
 
   void finish_grouped(const Op& op) {
-    if (!op.issued) return;
     auto& gs = ranks[op.owner].groups;
     for (auto& g : gs)
       if (g.id == op.group) --g.left;
@@ -145,7 +138,6 @@ struct LoopbackHub::State {
     auto& me = ranks[rank];
     Group g{me.next_group++, 0};
     for (auto& op : me.open) {
-      op->issued = true;
       op->group = g.id;
       if (op->st == Op::St::Queued) ++g.left;
     }
@@ -220,12 +212,10 @@ struct LoopbackHub::State {
       auto it = std::find(q.begin(), q.end(), op);
       if (it != q.end()) q.erase(it);
     };
-    if (grouped()) {
+    if (grouped())
       drop(op->send ? sendq[op->owner * n + op->peer] : recvq[op->owner * n + op->peer]);
-      drop(ranks[op->owner].open);
-    } else {
+    else
       drop(op->send ? pending_sends[op->peer] : pending_recvs[op->owner]);
-    }
     op->st = Op::St::Cancelled;
     if (grouped()) {
       finish_grouped(*op);
@@ -260,7 +250,7 @@ struct LoopbackHub::State {
       const Op& m = *theirs[pos];
       const auto& pg = ranks[op.peer].groups;
       o << "; its match is rank " << op.peer << "'s " << describe(m);
-      if (m.issued && !pg.empty() && pg.front().id != m.group)
+      if (!pg.empty() && pg.front().id != m.group)
         o << ", which cannot start before rank " << op.peer << "'s group " << pg.front().id << " completes";
     }
     if (pos > 0) o << " (" << pos << " earlier operations of this pair still pending)";
@@ -328,10 +318,7 @@ struct LoopbackHub::State {
     for (auto& q : pending_recvs) q.clear();
     for (auto& q : sendq) q.clear();
     for (auto& q : recvq) q.clear();
-    for (auto& r : ranks) {
-      r.open.clear();
-      r.groups.clear();
-    }
+    for (auto& r : ranks) r.groups.clear();
     cv.notify_all();
   }
 
