@@ -35,8 +35,14 @@ class Options:
     error_feedback: keep the compression error and add it to the next call's input;
         ``None``: on for biased codecs (topk, randomk, q1, nearest rounding).
     seed: seed of stochastic rounding and random-k selection (same on all ranks).
-    transport: for CUDA tensors: ``auto`` (NCCL when this build has CUDA) or ``gloo``
-        (host-staged through Gloo). CPU tensors always use Gloo.
+    transport: ``auto``: CPU tensors between ranks of one node travel through shared memory,
+        between nodes through Gloo (TCP); CUDA tensors through NCCL when this build has CUDA.
+        ``gloo``: everything through Gloo (CUDA tensors host-staged).
+    hierarchy: ``auto`` (node-aware when every node holds the same number of ranks, more than
+        one node and more than one rank per node), ``node`` (the same, with a warning and flat
+        calls when the layout does not allow it) or ``flat`` (every rank alike). Node-aware
+        all-reduce and reduce-scatter are exact inside a node and use the codec only between
+        nodes (docs/algorithms.md).
     check: mismatch check of calls across ranks (docs/reliability.md). ``auto`` (default):
         every call's tags carry a hash of the call (type, dtype, sizes, op, root, codec), so
         mismatched calls exchange nothing; a call stalled for 250 ms is diagnosed through the
@@ -57,6 +63,7 @@ class Options:
     error_feedback: bool | None = None
     seed: int = 0
     transport: str = "auto"
+    hierarchy: str = "auto"
     check: str = "auto"
 
     def __post_init__(self):
@@ -69,6 +76,8 @@ class Options:
             raise TypeError(f"ringzip.Options: timeout must be a datetime.timedelta, got {type(self.timeout).__name__}")
         if self.transport not in ("auto", "gloo"):
             raise ValueError(f"ringzip.Options: transport must be 'auto' or 'gloo', got {self.transport!r}")
+        if self.hierarchy not in ("auto", "node", "flat"):
+            raise ValueError(f"ringzip.Options: hierarchy must be 'auto', 'node' or 'flat', got {self.hierarchy!r}")
         if self.rounding not in ("stochastic", "nearest"):
             raise ValueError(f"ringzip.Options: rounding must be 'stochastic' or 'nearest', got {self.rounding!r}")
         if not isinstance(self.codec, str):
@@ -94,13 +103,13 @@ class Options:
 
         The one place ringzip reads its environment: RINGZIP_CODEC, RINGZIP_ALGORITHM,
         RINGZIP_BUCKET_SIZE, RINGZIP_ROUNDING, RINGZIP_MIN_NUMEL, RINGZIP_TOPK_BLOCK, RINGZIP_ERROR_FEEDBACK
-        (0/1), RINGZIP_SEED, RINGZIP_TRANSPORT, RINGZIP_TIMEOUT_S, RINGZIP_CHECK (on/auto/off). Explicit pg_options win over the environment.
+        (0/1), RINGZIP_SEED, RINGZIP_TRANSPORT, RINGZIP_HIERARCHY, RINGZIP_TIMEOUT_S, RINGZIP_CHECK (on/auto/off). Explicit pg_options win over the environment.
         """
         env = os.environ
         changes = {}
         if base is None:
             conv = {"codec": str, "algorithm": str, "rounding": str, "bucket_size": int, "min_numel": int,
-                    "seed": int, "topk_block": int, "transport": str, "check": str}
+                    "seed": int, "topk_block": int, "transport": str, "hierarchy": str, "check": str}
             for name, f in conv.items():
                 key = "RINGZIP_" + name.upper()
                 if key in env:
