@@ -37,7 +37,8 @@ thread_local const RingzipBackend* tl_running = nullptr;
 }  // namespace
 
 RingzipBackend::RingzipBackend(std::unique_ptr<Transport> net, Config cfg)
-    : c10d::Backend(net->rank(), net->size()), net_(std::move(net)), cfg_(std::move(cfg)) {
+    : c10d::Backend(net->rank(), net->size()), net_(std::move(net)), p2p_(net_.get()),
+      layout_(std::vector<int>(size_, 0)), cfg_(std::move(cfg)) {
   worker_ = std::thread([this] { run_worker(); });
 }
 
@@ -199,7 +200,7 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::send(std::vector<at::Tensor>& ten
   if (use_cuda(tensors[0])) return cuda_p2p(tensors[0], dst, /*send=*/true);
 #endif
   auto s = Staged::in(tensors[0]);
-  auto req = net_->isend(s.work.data_ptr(), s.work.nbytes(), dst, static_cast<uint32_t>(tag));
+  auto req = p2p_->isend(s.work.data_ptr(), s.work.nbytes(), dst, static_cast<uint32_t>(tag));
   return c10::make_intrusive<P2PWork>(rank_, c10d::OpType::SEND, std::move(req),
                                       std::vector<at::Tensor>{s.work}, nullptr, cfg_.timeout);
 }
@@ -210,7 +211,7 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::recv(std::vector<at::Tensor>& ten
   if (use_cuda(tensors[0])) return cuda_p2p(tensors[0], src, /*send=*/false);
 #endif
   auto s = Staged::out(tensors[0]);
-  auto req = net_->irecv(s.work.data_ptr(), s.work.nbytes(), src, static_cast<uint32_t>(tag));
+  auto req = p2p_->irecv(s.work.data_ptr(), s.work.nbytes(), src, static_cast<uint32_t>(tag));
   return c10::make_intrusive<P2PWork>(rank_, c10d::OpType::RECV, std::move(req),
                                       std::vector<at::Tensor>{s.work}, [s] { s.finish(); }, cfg_.timeout);
 }
@@ -221,7 +222,7 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::recvAnysource(std::vector<at::Ten
   RZ_CHECK_VALUE(!use_cuda(tensors[0]), "recv: a receive from any source is not supported for CUDA tensors on the "
                  "NCCL transport (NCCL needs the peer); pass src, or use Options(transport=\"gloo\")");
   auto s = Staged::out(tensors[0]);
-  auto req = net_->irecv_any(s.work.data_ptr(), s.work.nbytes(), static_cast<uint32_t>(tag));
+  auto req = p2p_->irecv_any(s.work.data_ptr(), s.work.nbytes(), static_cast<uint32_t>(tag));
   return c10::make_intrusive<P2PWork>(rank_, c10d::OpType::RECVANYSOURCE, std::move(req),
                                       std::vector<at::Tensor>{s.work}, [s] { s.finish(); }, cfg_.timeout);
 }

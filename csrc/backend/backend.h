@@ -16,6 +16,7 @@
 #include "backend/fingerprint.h"
 #include "backend/mismatch_watch.h"
 #include "collective/algorithms.h"
+#include "collective/hierarchy/layout.h"
 
 namespace ringzip {
 
@@ -29,6 +30,12 @@ struct Config {
 
 AllreduceAlgo parse_algorithm(const std::string& s);
 const char* algorithm_name(AllreduceAlgo a);
+
+// Options(hierarchy=...): node-aware all-reduce / reduce-scatter where the layout allows
+// (auto), forced (node: a warning when it can't), or never (flat).
+enum class HierarchyMode : uint8_t { Auto, Node, Flat };
+HierarchyMode parse_hierarchy(const std::string& s);
+const char* hierarchy_name(HierarchyMode m);
 
 class RingzipBackend final : public c10d::Backend {
  public:
@@ -94,8 +101,23 @@ class RingzipBackend final : public c10d::Backend {
   const Config& config() const { return cfg_; }
   // Applies every setting or none: the codec is parsed and each value checked first, so a
   // rejected change leaves the group as it was (set_options).
-  void configure(AllreduceAlgo algorithm, CheckMode check, CompressionConfig cc);
+  void configure(AllreduceAlgo algorithm, CheckMode check, CompressionConfig cc,
+                 HierarchyMode hierarchy = HierarchyMode::Auto);
   AllreduceAlgo algorithm() const { return algorithm_.load(); }
+  HierarchyMode hierarchy() const { return hierarchy_.load(); }
+
+  // ---- topology (backend/topology.cc) --------------------------------------------------------
+  // The node of every rank (any labels; equal: one node). Where ranks share this rank's node,
+  // `local` (shared memory) connects them, by their order in the group, and carries every
+  // collective message between them; Gloo carries the rest and all user point-to-point. Called
+  // once, by the creator, before the first collective.
+  void set_topology(const std::vector<int>& node_of, std::unique_ptr<Transport> local);
+  const NodeLayout& layout() const { return layout_; }
+  // The layout when a call of `bytes` runs node-aware, else nullptr (flat).
+  const NodeLayout* node_aware(size_t bytes, bool compressed) const;
+  // Why calls run flat although hierarchy is not "flat" (empty when they run node-aware).
+  std::string flat_reason() const;
+  std::string transport_name() const { return net_->name(); }
   CheckMode check_mode() const { return check_.load(); }
   // Empty while the group is healthy; else why it is unusable (first failure).
   std::string broken_reason() const;
@@ -247,6 +269,9 @@ class RingzipBackend final : public c10d::Backend {
   std::atomic<uint64_t> p2p_seq_{0};  // CUDA point-to-point calls (their own numbering)
 
   std::unique_ptr<Transport> net_;
+  Transport* p2p_ = nullptr;  // user point-to-point: the wide transport (Gloo), net_ or inside it
+  NodeLayout layout_;
+  std::atomic<HierarchyMode> hierarchy_{HierarchyMode::Auto};
   Config cfg_;
   mutable std::mutex cfg_mu_;
   CompressionConfig comp_cfg_;

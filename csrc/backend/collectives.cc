@@ -7,26 +7,34 @@
 #include "backend/backend.h"
 #include "backend/sparse.h"
 #include "backend/tensors.h"
+#include "collective/hierarchy/hierarchy.h"
 #include "collective/reduce.h"
 #include "common/check.h"
 
 namespace ringzip {
 namespace {
 
-void run_allreduce(Comm& c, Buf b, const Reduction& red, AllreduceAlgo algo) {
+// nodes: node-aware (RingzipBackend::node_aware), else flat.
+void run_allreduce(Comm& c, Buf b, const Reduction& red, AllreduceAlgo algo, const NodeLayout* nodes) {
   if (red.pre != 1.0) scale_inplace(b.dtype, b.data, b.count, red.pre);
-  allreduce(c, b, red.op, algo);
+  if (nodes)
+    hierarchical_allreduce(c, *nodes, b, red.op, algo);
+  else
+    allreduce(c, b, red.op, algo);
   if (red.post != 1.0) scale_inplace(b.dtype, b.data, b.count, red.post);
 }
 
 // Reduce-scatter of a flat host buffer holding `world` equal parts; the reduced part of this
 // rank is copied into `out`.
-void run_reduce_scatter(Comm& c, Buf flat, const Reduction& red, const at::Tensor& out) {
+void run_reduce_scatter(Comm& c, Buf flat, const Reduction& red, const at::Tensor& out, const NodeLayout* nodes) {
   if (red.pre != 1.0) scale_inplace(flat.dtype, flat.data, flat.count, red.pre);
   const size_t part = flat.count / c.size();
   std::vector<size_t> begin(c.size() + 1);
   for (int i = 0; i <= c.size(); ++i) begin[i] = part * i;
-  ring_reduce_scatter(c, flat, red.op, begin);
+  if (nodes)
+    hierarchical_reduce_scatter(c, *nodes, flat, red.op);
+  else
+    ring_reduce_scatter(c, flat, red.op, begin);
   Buf mine{flat.at(begin[c.rank()]), part, flat.dtype};
   if (red.post != 1.0) scale_inplace(mine.dtype, mine.data, mine.count, red.post);
   if (mine.bytes()) std::memcpy(out.data_ptr(), mine.data, mine.bytes());  // null for empty parts
@@ -56,8 +64,9 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::allreduce(std::vector<at::Tensor>
   auto red = to_reduction(opts.reduceOp, to_dtype(tensors[0].scalar_type(), "allreduce"), size_, "allreduce");
   auto s = Staged::in(tensors[0]);
   auto algo = algorithm_.load();
-  return enqueue(c10d::OpType::ALLREDUCE, "allreduce", tensors, opts, [s, red, algo](Comm& c) {
-    run_allreduce(c, s.buf(), red, algo);
+  const NodeLayout* nodes = node_aware(tensors[0].nbytes(), false);
+  return enqueue(c10d::OpType::ALLREDUCE, "allreduce", tensors, opts, [s, red, algo, nodes](Comm& c) {
+    run_allreduce(c, s.buf(), red, algo, nodes);
     s.finish();
   });
 }
@@ -98,9 +107,10 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::allreduce_coalesced(
   };
   if (auto w = maybe_compressed_allreduce(flat, as_one, "allreduce_coalesced", tensors, copy_back)) return w;
   auto algo = algorithm_.load();
+  const NodeLayout* nodes = node_aware(flat.nbytes(), false);
   return enqueue(c10d::OpType::ALLREDUCE_COALESCED, "allreduce_coalesced", tensors, opts,
-                 [flat, red, algo, copy_back](Comm& c) {
-                   run_allreduce(c, buf_of(flat), red, algo);
+                 [flat, red, algo, copy_back, nodes](Comm& c) {
+                   run_allreduce(c, buf_of(flat), red, algo, nodes);
                    copy_back();
                  });
 }
@@ -163,9 +173,10 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::reduce_scatter(
   if (auto w = maybe_compressed_reduce_scatter(outputs[0], flat, opts, "reduce_scatter", inputs[0][0]))
     return w;
   auto s = Staged::out(outputs[0]);
+  const NodeLayout* nodes = node_aware(flat.nbytes(), false);
   return enqueue(c10d::OpType::REDUCE_SCATTER, "reduce_scatter", outputs, opts,
-                 [flat, s, red](Comm& c) {
-                   run_reduce_scatter(c, buf_of(flat), red, s.work);
+                 [flat, s, red, nodes](Comm& c) {
+                   run_reduce_scatter(c, buf_of(flat), red, s.work, nodes);
                    s.finish();
                  });
 }
@@ -189,9 +200,10 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::_reduce_scatter_base(
   // The reduction runs in place, so it works on a copy: the caller's input stays intact.
   auto flat = input.to(at::kCPU, false, /*copy=*/true).contiguous();
   auto s = Staged::out(output);
+  const NodeLayout* nodes = node_aware(flat.nbytes(), false);
   return enqueue(c10d::OpType::_REDUCE_SCATTER_BASE, "reduce_scatter_tensor", {output}, opts,
-                 [flat, s, red](Comm& c) {
-                   run_reduce_scatter(c, buf_of(flat), red, s.work);
+                 [flat, s, red, nodes](Comm& c) {
+                   run_reduce_scatter(c, buf_of(flat), red, s.work, nodes);
                    s.finish();
                  });
 }
@@ -201,7 +213,7 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::reduce_scatter_tensor_coalesced(
     const c10d::ReduceScatterOptions& opts) {
   RZ_CHECK_VALUE(outputs.size() == inputs.size(), "reduce_scatter_tensor_coalesced: ", outputs.size(),
                  " outputs but ", inputs.size(), " inputs");
-  struct Item { at::Tensor flat; Staged out; Reduction red; };
+  struct Item { at::Tensor flat; Staged out; Reduction red; const NodeLayout* nodes; };
   std::vector<Item> items;
   for (size_t i = 0; i < outputs.size(); ++i) {
     check_single({outputs[i]}, "reduce_scatter_tensor_coalesced");
@@ -221,13 +233,14 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::reduce_scatter_tensor_coalesced(
   for (size_t i = 0; i < outputs.size(); ++i) {
     items.push_back({inputs[i].to(at::kCPU, false, true).contiguous(), Staged::out(outputs[i]),
                      to_reduction(opts.reduceOp, to_dtype(outputs[i].scalar_type(), "reduce_scatter"),
-                                  size_, "reduce_scatter_tensor_coalesced")});
+                                  size_, "reduce_scatter_tensor_coalesced"),
+                     node_aware(inputs[i].nbytes(), false)});
   }
   const auto n = static_cast<uint32_t>(items.size());
   return enqueue(c10d::OpType::COALESCED, "reduce_scatter_tensor_coalesced", outputs, opts,
                  [items](Comm& c) {
                    for (const auto& it : items) {
-                     run_reduce_scatter(c, buf_of(it.flat), it.red, it.out.work);
+                     run_reduce_scatter(c, buf_of(it.flat), it.red, it.out.work, it.nodes);
                      it.out.finish();
                      ++c.seq;
                    }

@@ -5,6 +5,7 @@
 #include "backend/backend.h"
 #include "backend/compressed_run.h"
 #include "backend/tensors.h"
+#include "collective/hierarchy/hierarchy.h"
 #include "common/check.h"
 
 namespace ringzip {
@@ -45,7 +46,8 @@ class Fp16Watch {
 
 }  // namespace
 
-void RingzipBackend::configure(AllreduceAlgo algorithm, CheckMode check, CompressionConfig cc) {
+void RingzipBackend::configure(AllreduceAlgo algorithm, CheckMode check, CompressionConfig cc,
+                               HierarchyMode hierarchy) {
   cc.parsed = codec::parse(cc.codec, cc.bucket_size, cc.stochastic);  // throws on a bad codec string
   RZ_CHECK_VALUE(cc.bucket_size > 0, "bucket_size must be positive, got ", cc.bucket_size);
   RZ_CHECK_VALUE(cc.min_numel >= 0, "min_numel must be >= 0, got ", cc.min_numel);
@@ -54,6 +56,7 @@ void RingzipBackend::configure(AllreduceAlgo algorithm, CheckMode check, Compres
   comp_cfg_ = std::move(cc);
   algorithm_ = algorithm;
   check_ = check;
+  hierarchy_ = hierarchy;
 }
 
 CompressionConfig RingzipBackend::compression() const {
@@ -70,14 +73,18 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::maybe_compressed_allreduce(
   const at::Tensor x = f32_work(t);
   const uint64_t in_bytes = t.nbytes();
   const at::Tensor owner = outputs.at(0);
+  const NodeLayout* nodes = node_aware(in_bytes, true);
   return enqueue(c10d::OpType::ALLREDUCE, name, std::move(outputs), opts,
-                 [this, t, x, owner, red, cc, in_bytes, after](Comm& c) {
+                 [this, t, x, owner, red, cc, in_bytes, after, nodes](Comm& c) {
                    const int n = c.size();
                    const Compression::Call which = comp_.begin_call(owner, t.numel(), cc.feedback());
                    const Fp16Watch fp16(cc, x);
                    run_compressed(
                        c, comp_, cc, x, which, red, in_bytes, 2.0 * (n - 1) / n,
-                       [&](const CompressedCall& call) { compressed_allreduce(c, x.data_ptr<float>(), x.numel(), call); },
+                       [&](const CompressedCall& call) {
+                         if (nodes) return hierarchical_compressed_allreduce(c, *nodes, x.data_ptr<float>(), x.numel(), call);
+                         compressed_allreduce(c, x.data_ptr<float>(), x.numel(), call);
+                       },
                        [&] {
                          fp16.after(comp_, cc, x);
                          if (red.post != 1.0) x.mul_(red.post);
@@ -96,14 +103,19 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::maybe_compressed_reduce_scatter(
   // A fresh float32 copy: the reduction runs in place and the caller's input stays intact.
   const at::Tensor x = flat_in.to(at::kCPU, at::kFloat, false, /*copy=*/true).contiguous().view({-1});
   const uint64_t in_bytes = flat_in.nbytes();
+  const NodeLayout* nodes = node_aware(in_bytes, true);
   return enqueue(c10d::OpType::REDUCE_SCATTER, name, {out}, opts,
-                 [this, out, x, identity, red, cc, in_bytes](Comm& c) {
+                 [this, out, x, identity, red, cc, in_bytes, nodes](Comm& c) {
                    const int n = c.size();
                    const Compression::Call which = comp_.begin_call(identity, x.numel(), cc.feedback());
                    const Fp16Watch fp16(cc, x);
                    run_compressed(
                        c, comp_, cc, x, which, red, in_bytes, 1.0 * (n - 1) / n,
-                       [&](const CompressedCall& call) { compressed_reduce_scatter(c, x.data_ptr<float>(), x.numel(), call); },
+                       [&](const CompressedCall& call) {
+                         float* data = x.data_ptr<float>();
+                         if (nodes) return hierarchical_compressed_reduce_scatter(c, *nodes, data, x.numel(), call);
+                         compressed_reduce_scatter(c, data, x.numel(), call);
+                       },
                        [&] {
                          const int64_t part = out.numel();
                          auto mine = x.narrow(0, part * c.rank(), part);

@@ -27,7 +27,8 @@ Fingerprint RingzipBackend::fingerprint(c10d::OpType type, const std::vector<at:
   Fingerprint fp;
   fp.type = static_cast<uint16_t>(type);
   fp.nseq = nseq;
-  fp.algo = static_cast<uint8_t>(algorithm_.load());
+  // Ranks that disagree on the algorithm or hierarchy would run different schedules.
+  fp.algo = static_cast<uint8_t>(static_cast<uint8_t>(algorithm_.load()) | static_cast<uint8_t>(hierarchy_.load()) << 4);
   if (extra.sized_by) {
     fp.set_tensors({*extra.sized_by});
   } else {

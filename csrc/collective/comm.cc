@@ -6,8 +6,8 @@ namespace ringzip {
 
 void Comm::fail(const std::string& what, int peer, const std::exception& cause) {
   net.abort();
-  TORCH_CHECK_WITH(DistBackendError, false, "ringzip ", op, " (seq ", seq, ", rank ", rank(), " of ", size(),
-                   "): ", what, " rank ", peer, " failed: ", cause.what());
+  TORCH_CHECK_WITH(DistBackendError, false, "ringzip ", op, " (seq ", seq, ", rank ", net.group_rank(rank()), " of ",
+                   net.group_size(), "): ", what, " rank ", net.group_rank(peer), " failed: ", cause.what());
 }
 
 void Comm::wait(Request& req, int peer, const char* what) {

@@ -60,7 +60,8 @@ void bind_backend(py::module_& m) {
       .def("configure",
            [](RingzipBackend& b, const std::string& algorithm, const std::string& check, const std::string& codec,
               int64_t bucket_size, bool stochastic, int64_t min_numel, std::optional<bool> error_feedback,
-              uint64_t seed, const std::string& compressed_algorithm, int64_t topk_block) {
+              uint64_t seed, const std::string& compressed_algorithm, int64_t topk_block,
+              const std::string& hierarchy) {
              CompressionConfig cc;
              cc.codec = codec;
              cc.bucket_size = bucket_size;
@@ -71,14 +72,14 @@ void bind_backend(py::module_& m) {
              cc.topk_block = topk_block;
              try {
                cc.algorithm = parse_compressed_algo(compressed_algorithm);
-               b.configure(parse_algorithm(algorithm), parse_check(check), std::move(cc));
+               b.configure(parse_algorithm(algorithm), parse_check(check), std::move(cc), parse_hierarchy(hierarchy));
              } catch (const std::invalid_argument& e) {
                throw py::value_error(std::string("ringzip: ") + e.what());
              }
            },
            py::arg("algorithm"), py::arg("check"), py::arg("codec"), py::arg("bucket_size"), py::arg("stochastic"),
            py::arg("min_numel"), py::arg("error_feedback"), py::arg("seed"), py::arg("compressed_algorithm"),
-           py::arg("topk_block"))
+           py::arg("topk_block"), py::arg("hierarchy") = "auto")
       // What the C++ side applies (tests read it to see that a rejected change left it as it was).
       .def("settings",
            [](const RingzipBackend& b) {
@@ -94,6 +95,27 @@ void bind_backend(py::module_& m) {
              d["seed"] = cc.seed;
              d["compressed_algorithm"] = std::string(compressed_algo_name(cc.algorithm));
              d["topk_block"] = cc.topk_block;
+             d["hierarchy"] = hierarchy_name(b.hierarchy());
+             return d;
+           })
+      // The node of every rank (ringzip._registry computes it from the ranks' node keys).
+      .def("set_topology",
+           [](RingzipBackend& b, const std::vector<int>& node_of) { b.set_topology(node_of, nullptr); },
+           py::arg("node_of"), py::call_guard<py::gil_scoped_release>())
+      .def("topology",
+           [](const RingzipBackend& b) {
+             const NodeLayout& lay = b.layout();
+             py::dict d;
+             d["nodes"] = lay.nodes();
+             d["ranks_per_node"] = lay.ranks_per_node();
+             d["layout"] = lay.describe();
+             py::list node_of;
+             for (int r = 0; r < lay.size(); ++r) node_of.append(lay.node(r));
+             d["node_of"] = node_of;
+             d["hierarchy"] = hierarchy_name(b.hierarchy());
+             d["node_aware"] = b.flat_reason().empty();
+             d["flat_reason"] = b.flat_reason();
+             d["transport"] = b.transport_name();
              return d;
            })
       .def("compression_feedback", [](const RingzipBackend& b) { return b.compression().feedback(); })

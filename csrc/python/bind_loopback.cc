@@ -14,8 +14,10 @@
 #include "backend/tensors.h"
 #include "collective/algorithms.h"
 #include "collective/compressed.h"
+#include "collective/hierarchy/hierarchy.h"
 #include "python/bindings.h"
 #include "transport/loopback/loopback_transport.h"
+#include "transport/routed.h"
 
 namespace py = pybind11;
 
@@ -30,16 +32,41 @@ struct Run {
   std::string mode = "eager";
   uint32_t seq = 0;
   int64_t timeout_ms = 60000;
+  std::optional<std::vector<int>> nodes;  // node of every rank: node-aware all-reduce / reduce-scatter
+  // With nodes: every rank reaches the ranks of its node through a hub of the node's own
+  // (RoutedTransport, as shared memory inside a node), the others through the group's hub.
+  bool routed = false;
 };
+
+// The node layout of a run with `nodes`, checked against the number of ranks.
+std::optional<NodeLayout> layout_of(const Run& run, int n) {
+  if (!run.nodes) return std::nullopt;
+  if (static_cast<int>(run.nodes->size()) != n) bad("nodes must name the node of every rank");
+  NodeLayout lay(*run.nodes);
+  if (!lay.unsuitable().empty()) bad("nodes: " + lay.unsuitable());
+  return lay;
+}
 
 // body(rank, comm) on one thread per rank; the failures of all ranks come back as one error.
 void run_ranks(int n, const Run& run, const char* op, const std::function<void(int, Comm&)>& body) {
   auto hub = std::make_shared<LoopbackHub>(n, parse_loopback_mode(run.mode));
+  std::optional<NodeLayout> lay;
+  std::vector<std::shared_ptr<LoopbackHub>> node_hubs;
+  if (run.routed && run.nodes) {
+    lay = NodeLayout(*run.nodes);
+    for (int i = 0; i < lay->nodes(); ++i)
+      node_hubs.push_back(std::make_shared<LoopbackHub>(lay->members(i).size(), parse_loopback_mode(run.mode)));
+  }
   std::vector<std::string> errors(n);
   std::vector<std::thread> threads;
   for (int r = 0; r < n; ++r) {
     threads.emplace_back([&, r] {
-      auto transport = make_loopback_transport(hub, r);
+      std::unique_ptr<Transport> transport = make_loopback_transport(hub, r);
+      if (lay) {
+        const int node = lay->node(r);
+        transport = std::make_unique<RoutedTransport>(
+            std::move(transport), make_loopback_transport(node_hubs[node], lay->local_rank(r)), lay->members(node));
+      }
       Transport& net = *transport;
       try {
         Comm c{net, host_compute(), run.seq,
@@ -112,7 +139,14 @@ Tensors collective(const std::string& op, const Tensors& inputs, const std::stri
   if (begin.size() != static_cast<size_t>(n) + 1) bad("parts must have n + 1 offsets");
   Tensors out = w;
   std::function<void(int, Comm&)> body;
-  if (op == "allreduce") {
+  const std::optional<NodeLayout> lay = run.routed ? std::nullopt : layout_of(run, n);
+  if (lay && op != "allreduce" && op != "reduce_scatter") bad("nodes: only allreduce and reduce_scatter are node-aware");
+  if (lay && op == "allreduce") {
+    body = [&](int r, Comm& c) { hierarchical_allreduce(c, *lay, buf(w[r]), red, algo); };
+  } else if (lay) {
+    if (parts || w[0].numel() % n) bad("nodes: reduce_scatter needs n equal parts");
+    body = [&](int r, Comm& c) { hierarchical_reduce_scatter(c, *lay, buf(w[r]), red); };
+  } else if (op == "allreduce") {
     body = [&](int r, Comm& c) { allreduce(c, buf(w[r]), red, algo); };
   } else if (op == "reduce_scatter") {
     body = [&](int r, Comm& c) { ring_reduce_scatter(c, buf(w[r]), red, begin); };
@@ -196,11 +230,16 @@ std::pair<Tensors, std::optional<Tensors>> compressed(const std::string& op, con
   }
   const bool all = op == "allreduce";
   if (!all && op != "reduce_scatter") bad("compressed op must be allreduce or reduce_scatter");
+  const std::optional<NodeLayout> lay = run.routed ? std::nullopt : layout_of(run, n);
+  if (lay && !all && w[0].numel() % n) bad("nodes: reduce_scatter needs n equal parts");
   py::gil_scoped_release nogil;
   run_ranks(n, run, op.c_str(), [&](int r, Comm& c) {
     CompressedCall call = base;
     call.residual = res ? (*res)[r].data_ptr<float>() : nullptr;
-    (all ? compressed_allreduce : compressed_reduce_scatter)(c, w[r].data_ptr<float>(), w[r].numel(), call);
+    float* x = w[r].data_ptr<float>();
+    const size_t count = w[r].numel();
+    if (!lay) return (all ? compressed_allreduce : compressed_reduce_scatter)(c, x, count, call);
+    (all ? hierarchical_compressed_allreduce : hierarchical_compressed_reduce_scatter)(c, *lay, x, count, call);
   });
   return {w, res};
 }
@@ -267,18 +306,23 @@ void bind_loopback(py::module_& m) {
       "collective",
       [](const std::string& op, const Tensors& inputs, const std::string& mode, const std::string& algorithm,
          const std::string& reduce_op, int root, uint32_t seq, std::optional<std::vector<size_t>> parts,
-         std::optional<std::vector<std::vector<int64_t>>> splits, int64_t timeout_ms) {
-        return collective(op, inputs, algorithm, reduce_op, root, parts, splits, Run{mode, seq, timeout_ms});
+         std::optional<std::vector<std::vector<int64_t>>> splits, int64_t timeout_ms,
+         std::optional<std::vector<int>> nodes, bool routed) {
+        return collective(op, inputs, algorithm, reduce_op, root, parts, splits,
+                          Run{mode, seq, timeout_ms, nodes, routed});
       },
       "op"_a, "inputs"_a, "mode"_a = "eager", "algorithm"_a = "auto", "reduce_op"_a = "sum", "root"_a = 0,
-      "seq"_a = 0, "parts"_a = py::none(), "splits"_a = py::none(), "timeout_ms"_a = 60000,
+      "seq"_a = 0, "parts"_a = py::none(), "splits"_a = py::none(), "timeout_ms"_a = 60000, "nodes"_a = py::none(),
+      "routed"_a = false,
       "Runs a dense collective with len(inputs) ranks (inputs[r]: rank r's tensor) in mode 'eager' (Gloo-like)\n"
       "or 'grouped' (NCCL-like) and returns each rank's result. op: allreduce (algorithm auto, ring, rd, direct,\n"
       "star, hd, tree), reduce_scatter / allgather (ring, in place, parts: n + 1 element offsets, default even), broadcast,\n"
       "reduce (non-roots keep their input), gather (root gets the inputs in rank order, others an empty tensor),\n"
       "scatter (root's input holds n equal chunks; others' inputs are ignored), alltoall (splits[r][i]: elements\n"
       "rank r sends to rank i; output in source order), barrier. seq: the collective's sequence number (tags;\n"
-      "star's root is seq % n). Raises RuntimeError naming each failed rank (deadlocks, timeouts).");
+      "star's root is seq % n). nodes: the node of every rank -- allreduce and reduce_scatter (n equal parts) run\n"
+      "node-aware (collective/hierarchy/; algorithm: the inter-node step's) unless routed=True, which instead\n"
+      "runs the op flat with each node's ranks connected by a hub of their own (transport/routed.h). Raises RuntimeError naming each failed rank (deadlocks, timeouts).");
   l.def("script", &script, "programs"_a, "mode"_a = "eager", "timeout_ms"_a = 60000,
         "Raw transport calls, one program per rank of (what, peer, tag, bytes) steps: send (bytes of value\n"
         "tag & 0xff), recv, recv_any, start / end (group brackets), wait / drop (peer: the request's index in\n"
@@ -287,16 +331,19 @@ void bind_loopback(py::module_& m) {
       "compressed",
       [](const std::string& op, const Tensors& inputs, const std::string& codec, const std::string& mode,
          const std::string& algorithm, uint64_t seed, uint32_t rng_seq, uint32_t seq, size_t topk_block,
-         int64_t bucket, const std::string& rounding, std::optional<Tensors> residuals, int64_t timeout_ms) {
+         int64_t bucket, const std::string& rounding, std::optional<Tensors> residuals, int64_t timeout_ms,
+         std::optional<std::vector<int>> nodes, bool routed) {
         return compressed(op, inputs, codec, algorithm, seed, rng_seq, topk_block, bucket, rounding, residuals,
-                          Run{mode, seq, timeout_ms});
+                          Run{mode, seq, timeout_ms, nodes, routed});
       },
       "op"_a, "inputs"_a, "codec"_a, "mode"_a = "eager", "algorithm"_a = "auto", "seed"_a = 0, "rng_seq"_a = 0,
       "seq"_a = 0, "topk_block"_a = size_t(1) << 20, "bucket"_a = 512, "rounding"_a = "stochastic",
-      "residuals"_a = py::none(), "timeout_ms"_a = 60000,
+      "residuals"_a = py::none(), "timeout_ms"_a = 60000, "nodes"_a = py::none(), "routed"_a = false,
       "Compressed SUM of float32 inputs (op allreduce or reduce_scatter) with a codec string, algorithm\n"
       "(auto, ring, sra, sparse), seed, rng_seq (CompressedCall.rng_seq), bucket, rounding (stochastic or\n"
-      "nearest), topk_block and optional error-feedback residuals (one per rank). Returns (outputs, residuals).");
+      "nearest), topk_block, optional error-feedback residuals (one per rank) and nodes (the node of every rank:\n"
+      "node-aware, collective/hierarchy/; with routed=True flat over per-node hubs instead, as in collective()).\n"
+      "Returns (outputs, residuals).");
 }
 
 }  // namespace ringzip

@@ -25,6 +25,10 @@ class Transport {
   virtual int rank() const = 0;
   virtual int size() const = 0;
   virtual std::string name() const = 0;
+  // The rank of the process group that index i of this transport is, and the group's size:
+  // a view of some ranks (transport/subset.h) maps its indices back, so errors name group ranks.
+  virtual int group_rank(int i) const { return i; }
+  virtual int group_size() const { return size(); }
   // The buffer must stay valid and untouched until the request completed.
   virtual std::unique_ptr<Request> isend(const void* data, size_t bytes, int peer, uint32_t tag) = 0;
   virtual std::unique_ptr<Request> irecv(void* data, size_t bytes, int peer, uint32_t tag) = 0;

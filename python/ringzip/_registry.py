@@ -2,13 +2,14 @@
 from __future__ import annotations
 
 import sys
+import warnings
 from datetime import timedelta
 
 import torch
 import torch.distributed as dist
 from torch.distributed import PrefixStore
 
-from . import _C
+from . import _C, _topology
 from .options import Options, compressed_algorithm, dense_algorithm
 
 # Current Options per backend (keyed by the C++ object: torch may hand out a fresh Python
@@ -29,8 +30,13 @@ def apply_options(backend: "_C.RingzipBackend", opts: Options) -> None:
         seed=opts.seed,
         compressed_algorithm=compressed_algorithm(opts.algorithm),
         topk_block=opts.topk_block,
+        hierarchy=opts.hierarchy,
     )
     _options[backend.identity] = opts
+    topo = backend.topology()
+    if opts.hierarchy == "node" and not topo["node_aware"]:
+        warnings.warn(f"ringzip: hierarchy='node': {topo['flat_reason']} ({topo['layout']}), so the group's "
+                      f"all-reduce and reduce-scatter run flat", stacklevel=3)
 
 
 # Backends known to ignore a pg_options object that is not theirs. torch has no per-backend
@@ -100,6 +106,8 @@ def create_backend(dist_opts, pg_options):
     store = PrefixStore("ringzip/transport/", dist_opts.store)
     gloo = dist.ProcessGroupGloo(store, dist_opts.group_rank, dist_opts.group_size, timeout)
     backend = _C.RingzipBackend(gloo, timeout, str(dist_opts.group_id))
+    topo_store = PrefixStore("ringzip/topology/", dist_opts.store)
+    backend.set_topology(_topology.node_of_ranks(topo_store, dist_opts.group_rank, dist_opts.group_size))
     apply_options(backend, opts)
     backend.enable_mismatch_watch(PrefixStore("ringzip/watch/", dist_opts.store))
     _maybe_enable_cuda(backend, dist_opts.store, opts)

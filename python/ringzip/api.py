@@ -42,8 +42,9 @@ def stats(group=None, reset: bool = False) -> dict:
     (bytes this rank sent), ratio (what an exact ring all-reduce would have sent / bytes_wire),
     codec_seconds and transport_seconds (the rest of the time in compressed calls), for codec
     fp16 ``overflows`` (calls whose result held Inf/NaN although this rank's input was finite:
-    fp16 carries magnitudes up to 65504 only), and the error-feedback memory in
-    ``residual_bytes``."""
+    fp16 carries magnitudes up to 65504 only), the error-feedback memory in
+    ``residual_bytes``, and under ``topology`` the group's node layout (nodes, ranks_per_node,
+    node_of, whether all-reduce and reduce-scatter run node-aware and if not why, the transport)."""
     b = backend_of(group)
     out = {}
     for codec, s in b.stats().items():
@@ -52,6 +53,7 @@ def stats(group=None, reset: bool = False) -> dict:
         s["transport_seconds"] = max(0.0, s["total_seconds"] - s["codec_seconds"])
         out[codec] = s
     out["residual_bytes"] = b.residual_bytes()
+    out["topology"] = b.topology()
     if reset:
         b.reset_stats()
     return out

@@ -247,7 +247,7 @@ def section_stats(t, gs, ref):
             y = x.clone()
             dist.all_reduce(y, group=gs)
             s = ringzip.stats(gs)
-            assert set(s) == {codec, "residual_bytes"}, f"stats keys {sorted(s)}"
+            assert set(s) == {codec, "residual_bytes", "topology"}, f"stats keys {sorted(s)}"
             c = s[codec]
             assert c["calls"] == 1, c
             assert c["bytes_in"] == 4 * N, c
@@ -265,7 +265,7 @@ def section_stats(t, gs, ref):
     with chk.case("stats/reset"):
         ringzip.stats(gs, reset=True)
         s = ringzip.stats(gs)
-        assert set(s) == {"residual_bytes"}, f"after reset: {s}"
+        assert set(s) == {"residual_bytes", "topology"}, f"after reset: {s}"
     with chk.case("stats/residual_bytes_with_ef"):
         setopt(gs, codec="topk:0.01", algorithm="sparse", error_feedback=None)  # default: on for topk
         y = x.clone()
