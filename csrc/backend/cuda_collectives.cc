@@ -16,6 +16,7 @@
 #include "backend/cuda_path.h"
 #include "backend/tensors.h"
 #include "collective/compressed.h"
+#include "collective/hierarchy/hierarchy.h"
 #include "common/check.h"
 
 namespace ringzip {
@@ -85,15 +86,19 @@ Compression::Call begin_compressed(Compression& comp, const CompressionConfig& c
 }
 
 // Compressed all-reduce of t (float32 / float16 / bfloat16) on a float32 working copy; `owner`
-// names the error-feedback residual.
+// names the error-feedback residual; node-aware over `nodes` when given (intra-node steps over
+// NCCL like the rest).
 void compressed_allreduce_on(Comm& c, Compression& comp, const CompressionConfig& cc, const at::Tensor& owner,
-                             const at::Tensor& t, const Reduction& red) {
+                             const at::Tensor& t, const Reduction& red, const NodeLayout* nodes) {
   const Compression::Call which = begin_compressed(comp, cc, owner, t.numel(), t.device());
   at::Tensor x = (t.is_contiguous() && t.scalar_type() == at::kFloat) ? t : t.to(at::kFloat).contiguous();
   const int n = c.size();
   run_compressed(
       c, comp, cc, x, which, red, t.nbytes(), 2.0 * (n - 1) / n,
-      [&](const CompressedCall& call) { compressed_allreduce(c, x.data_ptr<float>(), x.numel(), call); },
+      [&](const CompressedCall& call) {
+        if (nodes) return hierarchical_compressed_allreduce(c, *nodes, x.data_ptr<float>(), x.numel(), call);
+        compressed_allreduce(c, x.data_ptr<float>(), x.numel(), call);
+      },
       [&] {
         if (red.post != 1.0) x.mul_(red.post);
         if (!x.is_same(t)) t.copy_(x.view(t.sizes()));
@@ -124,14 +129,18 @@ void exact_reduce_scatter(Comm& c, CudaDevice& d, const at::Tensor& flat, const 
 }
 
 void compressed_reduce_scatter_on(Comm& c, Compression& comp, const CompressionConfig& cc, const at::Tensor& identity,
-                                  const at::Tensor& flat, const at::Tensor& out, const Reduction& red) {
+                                  const at::Tensor& flat, const at::Tensor& out, const Reduction& red,
+                                  const NodeLayout* nodes) {
   // A fresh float32 copy: the reduction runs in place and the caller's input stays intact.
   const at::Tensor x = flat.to(at::kFloat, false, /*copy=*/true).contiguous().view({-1});
   const Compression::Call which = begin_compressed(comp, cc, identity, x.numel(), x.device());
   const int n = c.size();
   run_compressed(
       c, comp, cc, x, which, red, flat.nbytes(), 1.0 * (n - 1) / n,
-      [&](const CompressedCall& call) { compressed_reduce_scatter(c, x.data_ptr<float>(), x.numel(), call); },
+      [&](const CompressedCall& call) {
+        if (nodes) return hierarchical_compressed_reduce_scatter(c, *nodes, x.data_ptr<float>(), x.numel(), call);
+        compressed_reduce_scatter(c, x.data_ptr<float>(), x.numel(), call);
+      },
       [&] {
         auto mine = x.narrow(0, out.numel() * c.rank(), out.numel());
         if (red.post != 1.0) mine.mul_(red.post);
@@ -155,7 +164,9 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::cuda_allreduce(at::Tensor& t, con
   const CompressionConfig cc = compression();
   if (compressible(cc, t, opts.reduceOp)) {
     auto call = cuda_call(c10d::OpType::ALLREDUCE, "allreduce", t, {t}, {t}, opts, 1, codec_fingerprint(cc));
-    return run_cuda(std::move(call), [&](Comm& c, CudaDevice&) { compressed_allreduce_on(c, comp_, cc, t, t, red); });
+    const NodeLayout* nodes = node_aware(t.nbytes(), true);
+    return run_cuda(std::move(call),
+                    [&](Comm& c, CudaDevice&) { compressed_allreduce_on(c, comp_, cc, t, t, red, nodes); });
   }
   const auto algo = algorithm_.load();
   return run_cuda(cuda_call(c10d::OpType::ALLREDUCE, "allreduce", t, {t}, {t}, opts),
@@ -184,7 +195,7 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::cuda_allreduce_coalesced(std::vec
     for (const auto& t : tensors) parts.push_back(t.reshape({-1}));
     at::Tensor flat = at::cat(parts);
     if (compress)
-      compressed_allreduce_on(c, comp_, cc, tensors[0], flat, red);
+      compressed_allreduce_on(c, comp_, cc, tensors[0], flat, red, node_aware(flat.nbytes(), true));
     else
       exact_allreduce(c, d, flat, red, algo);
     int64_t off = 0;
@@ -292,7 +303,7 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::cuda_reduce_scatter(at::Tensor& o
       flat = at::cat(flat_parts);
     }
     if (compress)
-      compressed_reduce_scatter_on(c, comp_, cc, identity, flat, out, red);
+      compressed_reduce_scatter_on(c, comp_, cc, identity, flat, out, red, node_aware(flat.nbytes(), true));
     else
       exact_reduce_scatter(c, d, flat, out, red);
   });
