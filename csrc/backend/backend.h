@@ -13,6 +13,8 @@
 
 #include "backend/work.h"
 #include "backend/compression.h"
+#include "backend/tensors.h"
+#include "backend/tuner.h"
 #include "backend/fingerprint.h"
 #include "backend/mismatch_watch.h"
 #include "collective/algorithms.h"
@@ -124,6 +126,8 @@ class RingzipBackend final : public c10d::Backend {
   // Compression settings apply to collectives issued after configure() (set_options).
   CompressionConfig compression() const;
   Compression& compression_state() { return comp_; }
+  // The cost model's measurements and choices (algorithm="auto", codec="auto").
+  Tuner& tuner() { return tuner_; }
 
   // ---- CUDA path (backend/cuda_path.cc, cuda_collectives.cc; CUDA builds only) ----------------
   // Once enabled, every collective on CUDA tensors runs on an internal stream over NCCL with the
@@ -200,6 +204,20 @@ class RingzipBackend final : public c10d::Backend {
                                                                  const at::Tensor& flat_in,
                                                                  const c10d::ReduceScatterOptions& opts,
                                                                  const char* name, const at::Tensor& identity);
+
+  // ---- the cost model's choices on the host path (auto_ops.cc) ---------------------------------
+  // The settings a compressed call runs with: cc itself, or under codec="auto" the candidate the
+  // tuner plans for `count` float32 elements (plan: what it predicted); `dense` is the exact
+  // algorithm asked for.
+  CompressionConfig plan_codec(Comm& c, const CompressionConfig& cc, AllreduceAlgo dense, size_t count,
+                               bool reduce_scatter, const NodeLayout* nodes, Tuner::Plan& plan);
+  // A compressed call (float32 working copy x) that codec="auto" keeps exact: pre-scale, add the
+  // error-feedback residual owed (which becomes zero), the exact algorithm of the plan, finish().
+  void exact_under_auto(Comm& c, const at::Tensor& x, const Compression::Call& which, const Reduction& red,
+                        uint64_t in_bytes, const Tuner::Plan& plan, const NodeLayout* nodes, bool reduce_scatter,
+                        const std::function<void()>& finish);
+  // An exact all-reduce (scaled as red says); algorithm="auto" asks the tuner.
+  void run_dense_allreduce(Comm& c, Buf b, const Reduction& red, AllreduceAlgo algo, const NodeLayout* nodes);
 
   bool use_cuda(const at::Tensor& t) const { return cuda_ && t.is_cuda(); }
   // One CUDA call (cuda_path.cc): what run_cuda needs besides its body.
@@ -278,6 +296,7 @@ class RingzipBackend final : public c10d::Backend {
   std::atomic<AllreduceAlgo> algorithm_{AllreduceAlgo::Auto};
   std::atomic<CheckMode> check_{CheckMode::Auto};
   Compression comp_;
+  Tuner tuner_;
   std::atomic<uint64_t> seq_{0};
 
   mutable std::mutex mu_;

@@ -14,16 +14,6 @@
 namespace ringzip {
 namespace {
 
-// nodes: node-aware (RingzipBackend::node_aware), else flat.
-void run_allreduce(Comm& c, Buf b, const Reduction& red, AllreduceAlgo algo, const NodeLayout* nodes) {
-  if (red.pre != 1.0) scale_inplace(b.dtype, b.data, b.count, red.pre);
-  if (nodes)
-    hierarchical_allreduce(c, *nodes, b, red.op, algo);
-  else
-    allreduce(c, b, red.op, algo);
-  if (red.post != 1.0) scale_inplace(b.dtype, b.data, b.count, red.post);
-}
-
 // Reduce-scatter of a flat host buffer holding `world` equal parts; the reduced part of this
 // rank is copied into `out`.
 void run_reduce_scatter(Comm& c, Buf flat, const Reduction& red, const at::Tensor& out, const NodeLayout* nodes) {
@@ -65,8 +55,8 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::allreduce(std::vector<at::Tensor>
   auto s = Staged::in(tensors[0]);
   auto algo = algorithm_.load();
   const NodeLayout* nodes = node_aware(tensors[0].nbytes(), false);
-  return enqueue(c10d::OpType::ALLREDUCE, "allreduce", tensors, opts, [s, red, algo, nodes](Comm& c) {
-    run_allreduce(c, s.buf(), red, algo, nodes);
+  return enqueue(c10d::OpType::ALLREDUCE, "allreduce", tensors, opts, [this, s, red, algo, nodes](Comm& c) {
+    run_dense_allreduce(c, s.buf(), red, algo, nodes);
     s.finish();
   });
 }
@@ -109,8 +99,8 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::allreduce_coalesced(
   auto algo = algorithm_.load();
   const NodeLayout* nodes = node_aware(flat.nbytes(), false);
   return enqueue(c10d::OpType::ALLREDUCE_COALESCED, "allreduce_coalesced", tensors, opts,
-                 [flat, red, algo, copy_back, nodes](Comm& c) {
-                   run_allreduce(c, buf_of(flat), red, algo, nodes);
+                 [this, flat, red, algo, copy_back, nodes](Comm& c) {
+                   run_dense_allreduce(c, buf_of(flat), red, algo, nodes);
                    copy_back();
                  });
 }

@@ -48,7 +48,7 @@ class Fp16Watch {
 
 void RingzipBackend::configure(AllreduceAlgo algorithm, CheckMode check, CompressionConfig cc,
                                HierarchyMode hierarchy) {
-  cc.parsed = codec::parse(cc.codec, cc.bucket_size, cc.stochastic);  // throws on a bad codec string
+  parse_codec(cc);  // throws on a bad codec string
   RZ_CHECK_VALUE(cc.bucket_size > 0, "bucket_size must be positive, got ", cc.bucket_size);
   RZ_CHECK_VALUE(cc.min_numel >= 0, "min_numel must be >= 0, got ", cc.min_numel);
   RZ_CHECK_VALUE(cc.topk_block >= 0, "topk_block must be >= 0, got ", cc.topk_block);
@@ -74,23 +74,31 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::maybe_compressed_allreduce(
   const uint64_t in_bytes = t.nbytes();
   const at::Tensor owner = outputs.at(0);
   const NodeLayout* nodes = node_aware(in_bytes, true);
+  const AllreduceAlgo dense = algorithm_.load();  // an exact call under codec="auto" runs it (or the model's)
   return enqueue(c10d::OpType::ALLREDUCE, name, std::move(outputs), opts,
-                 [this, t, x, owner, red, cc, in_bytes, after, nodes](Comm& c) {
+                 [this, t, x, owner, red, cc, in_bytes, after, nodes, dense](Comm& c) {
                    const int n = c.size();
                    const Compression::Call which = comp_.begin_call(owner, t.numel(), cc.feedback());
-                   const Fp16Watch fp16(cc, x);
+                   Tuner::Plan plan;
+                   const CompressionConfig run = plan_codec(c, cc, dense, x.numel(), false, nodes, plan);
+                   const Fp16Watch fp16(run, x);
+                   auto finish = [&] {
+                     fp16.after(comp_, run, x);
+                     if (red.post != 1.0) x.mul_(red.post);
+                     if (!x.is_same(t)) t.copy_(x);
+                     if (after) after();
+                   };
+                   Tuner* observe = cc.autotune && !nodes ? &tuner_ : nullptr;  // node-aware calls: not observed
+                   if (!run.enabled()) return exact_under_auto(c, x, which, red, in_bytes, plan, nodes, false, finish);
                    run_compressed(
-                       c, comp_, cc, x, which, red, in_bytes, 2.0 * (n - 1) / n,
+                       c, comp_, run, x, which, red, in_bytes, 2.0 * (n - 1) / n,
                        [&](const CompressedCall& call) {
-                         if (nodes) return hierarchical_compressed_allreduce(c, *nodes, x.data_ptr<float>(), x.numel(), call);
-                         compressed_allreduce(c, x.data_ptr<float>(), x.numel(), call);
+                         run_observed(observe, plan, c, [&] {
+                           if (nodes) return hierarchical_compressed_allreduce(c, *nodes, x.data_ptr<float>(), x.numel(), call);
+                           compressed_allreduce(c, x.data_ptr<float>(), x.numel(), call);
+                         });
                        },
-                       [&] {
-                         fp16.after(comp_, cc, x);
-                         if (red.post != 1.0) x.mul_(red.post);
-                         if (!x.is_same(t)) t.copy_(x);
-                         if (after) after();
-                       });
+                       finish);
                  }, 1, codec_fingerprint(cc));
 }
 
@@ -108,21 +116,28 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::maybe_compressed_reduce_scatter(
                  [this, out, x, identity, red, cc, in_bytes, nodes](Comm& c) {
                    const int n = c.size();
                    const Compression::Call which = comp_.begin_call(identity, x.numel(), cc.feedback());
-                   const Fp16Watch fp16(cc, x);
+                   Tuner::Plan plan;
+                   const CompressionConfig run = plan_codec(c, cc, AllreduceAlgo::Ring, x.numel(), true, nodes, plan);
+                   const Fp16Watch fp16(run, x);
+                   auto finish = [&] {
+                     const int64_t part = out.numel();
+                     auto mine = x.narrow(0, part * c.rank(), part);
+                     fp16.after(comp_, run, mine);
+                     if (red.post != 1.0) mine.mul_(red.post);
+                     out.copy_(mine.view(out.sizes()));
+                   };
+                   Tuner* observe = cc.autotune && !nodes ? &tuner_ : nullptr;
+                   if (!run.enabled()) return exact_under_auto(c, x, which, red, in_bytes, plan, nodes, true, finish);
                    run_compressed(
-                       c, comp_, cc, x, which, red, in_bytes, 1.0 * (n - 1) / n,
+                       c, comp_, run, x, which, red, in_bytes, 1.0 * (n - 1) / n,
                        [&](const CompressedCall& call) {
-                         float* data = x.data_ptr<float>();
-                         if (nodes) return hierarchical_compressed_reduce_scatter(c, *nodes, data, x.numel(), call);
-                         compressed_reduce_scatter(c, data, x.numel(), call);
+                         run_observed(observe, plan, c, [&] {
+                           float* data = x.data_ptr<float>();
+                           if (nodes) return hierarchical_compressed_reduce_scatter(c, *nodes, data, x.numel(), call);
+                           compressed_reduce_scatter(c, data, x.numel(), call);
+                         });
                        },
-                       [&] {
-                         const int64_t part = out.numel();
-                         auto mine = x.narrow(0, part * c.rank(), part);
-                         fp16.after(comp_, cc, mine);
-                         if (red.post != 1.0) mine.mul_(red.post);
-                         out.copy_(mine.view(out.sizes()));
-                       });
+                       finish);
                  }, 1, codec_fingerprint(cc));
 }
 

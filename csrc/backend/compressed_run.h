@@ -54,7 +54,7 @@ void run_compressed(Comm& c, Compression& comp, const CompressionConfig& cc, con
   if (which.residual.defined()) call.residual = which.residual.data_ptr<float>();  // the algorithm adds it to x
   algo(call);
   finish();
-  comp.record(cc.codec, {1, in_bytes, c.bytes_sent, static_cast<uint64_t>(dense_factor * in_bytes),
+  comp.record(cc.stats_name(), {1, in_bytes, c.bytes_sent, static_cast<uint64_t>(dense_factor * in_bytes),
                          c.codec_seconds,
                          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()});
 }

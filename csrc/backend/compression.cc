@@ -1,8 +1,28 @@
 #include "backend/compression.h"
 
 #include <algorithm>
+#include <stdexcept>
 
 namespace ringzip {
+
+void parse_codec(CompressionConfig& cc) {
+  const std::string& s = cc.codec;
+  cc.autotune = s == "auto" || s.rfind("auto:", 0) == 0;
+  cc.candidates.clear();
+  if (!cc.autotune) {
+    cc.parsed = codec::parse(s, cc.bucket_size, cc.stochastic);
+    cc.named = s;
+    return;
+  }
+  cc.named = s == "auto" ? "q4" : s.substr(5);
+  try {
+    cc.parsed = codec::parse(cc.named, cc.bucket_size, cc.stochastic);
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument("bad codec '" + s + "' ('auto' or 'auto:<codec>'): " + e.what());
+  }
+  for (const codec::Spec& c : cost::codec_candidates(cc.parsed))
+    cc.candidates.push_back({c.kind == cc.parsed.kind ? cc.named : codec::name(c), c});
+}
 
 bool compressible(const CompressionConfig& cc, const at::Tensor& t, const c10d::ReduceOp& op) {
   return compressible(cc, t, t.numel(), op);

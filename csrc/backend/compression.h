@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/tuner.h"
 #include "collective/compressed.h"
 
 namespace ringzip {
@@ -25,12 +26,25 @@ struct CompressionConfig {
   CompressedAlgo algorithm = CompressedAlgo::Auto;
   int64_t topk_block = int64_t(1) << 20;  // top-k selects per block of this many elements; 0: whole tensor
 
-  // Parsed once when the settings change (RingzipBackend::configure), not per call.
+  // Parsed once when the settings change (RingzipBackend::configure, parse_codec), not per call.
   codec::Spec parsed;
+  // codec="auto" / "auto:<named>" (plain "auto" = "auto:q4"): every call runs the candidate the
+  // cost model predicts fastest (backend/tuner.h); exact first, then the less lossy ones.
+  // `parsed` is then the named codec: error feedback defaults to what it needs, and a path
+  // without the model (CUDA) runs it.
+  bool autotune = false;
+  std::string named;
+  std::vector<CodecCandidate> candidates;
   const codec::Spec& spec() const { return parsed; }
   bool enabled() const { return codec != "none"; }
   bool feedback() const { return error_feedback.value_or(codec::biased(spec())); }
+  // The name stats() files a call under: the codec that ran.
+  const std::string& stats_name() const { return autotune ? named : codec; }
 };
+
+// Parses cc.codec into parsed / autotune / named / candidates; std::invalid_argument naming the
+// bad part (e.g. "auto:zz").
+void parse_codec(CompressionConfig& cc);
 
 // The policy: float32/float16/bfloat16, SUM/AVG/PREMUL_SUM, at least min_numel elements.
 bool compressible(const CompressionConfig& cc, const at::Tensor& t, const c10d::ReduceOp& op);

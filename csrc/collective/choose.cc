@@ -1,18 +1,23 @@
 // Which algorithm runs: the one place where dense and compressed algorithms are chosen
 // (docs/algorithms.md), and the dense all-reduce's dispatch.
+#include <algorithm>
 #include <stdexcept>
 
 #include "collective/algorithms.h"
 #include "collective/compressed.h"
+#include "collective/cost.h"
 
 namespace ringzip {
 
 AllreduceAlgo choose_allreduce(size_t bytes, int ranks, AllreduceAlgo requested) {
   if (requested != AllreduceAlgo::Auto) return requested;
-  // Recursive doubling moves log2(n) whole buffers, the ring 2(n-1)/n of one buffer in
-  // 2(n-1) latency-bound steps: below this size latency dominates (bench/results).
-  // While the payload is tiny, messages cost more than bytes: the star's 2(n-1) messages beat
-  // both the direct exchange's n(n-1) and recursive doubling's n·log2 n (docs/algorithms.md).
+  // Cold start only: the backend asks the cost model (backend/tuner.h, cost::best_dense) with the
+  // group's measured parameters and passes the algorithm it picks. What still comes here with
+  // Auto -- collectives inside other algorithms (random-k's all-reduce of its k values) and
+  // the loopback fixture -- has no measurements and takes these rules, measured on this
+  // project's 2-core machines: while the payload is tiny, messages cost more than bytes (the
+  // star's 2(n-1) messages beat the direct exchange's n(n-1) and recursive doubling's
+  // n log2 n); below 1 MiB recursive doubling's log2 n rounds beat the ring's 2(n-1).
   constexpr size_t kRingThreshold = 1 << 20, kStarMaxSent = 16 << 10;
   if (bytes * (ranks - 1) <= kStarMaxSent) return AllreduceAlgo::Star;
   return bytes < kRingThreshold ? AllreduceAlgo::RecursiveDoubling : AllreduceAlgo::Ring;
@@ -35,6 +40,44 @@ CompressedAlgo choose_compressed(const codec::Spec& spec, CompressedAlgo request
   if (requested == CompressedAlgo::Sparse || requested == CompressedAlgo::Auto) return CompressedAlgo::Sra;
   return requested;
 }
+
+namespace cost {
+
+Estimate predict(const codec::Spec& s, CompressedAlgo a, AllreduceAlgo dense, const Problem& p, const Link& l,
+                 const CodecSpeed& cs) {
+  if (s.kind == codec::Kind::None)
+    return p.reduce_scatter ? dense_reduce_scatter(p.bytes, p.n, l) : dense_allreduce(dense, p.bytes, p.n, l);
+  const size_t count = p.bytes / 4;
+  return p.reduce_scatter ? compressed_reduce_scatter(s, count, p.n, l, cs, p.feedback)
+                          : compressed_allreduce(a, s, count, p.n, l, cs, p.feedback);
+}
+
+Choice choose_codec(const std::vector<codec::Spec>& candidates, const std::vector<CodecSpeed>& speeds,
+                    const Problem& p, const Link& l) {
+  constexpr double kMargin = 0.98;
+  Choice best;
+  best.dense = p.dense != AllreduceAlgo::Auto ? p.dense : best_dense(p.bytes, p.n, l);
+  best.predicted.assign(candidates.size(), 0);
+  bool have = false;
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    const codec::Spec& s = candidates[i];
+    std::vector<CompressedAlgo> algos = {choose_compressed(s, p.algo)};
+    if (s.kind != codec::Kind::None && p.algo == CompressedAlgo::Auto && algos[0] == CompressedAlgo::Sra &&
+        !p.reduce_scatter)
+      algos.push_back(CompressedAlgo::Ring);  // SRA's error does not grow with n: ring must win clearly
+    for (size_t j = 0; j < algos.size(); ++j) {
+      const Estimate e = predict(s, algos[j], best.dense, p, l, speeds.at(i));
+      best.predicted[i] = j == 0 ? e.total : std::min(best.predicted[i], e.total);
+      if (!have || e.total < kMargin * best.est.total) {
+        best.index = i, best.algo = algos[j], best.est = e;
+        have = true;
+      }
+    }
+  }
+  return best;
+}
+
+}  // namespace cost
 
 CompressedAlgo parse_compressed_algo(const std::string& s) {
   if (s == "auto") return CompressedAlgo::Auto;

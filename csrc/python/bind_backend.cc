@@ -36,6 +36,33 @@ class NoGilPtr {
   c10::intrusive_ptr<T> p_;
 };
 
+// stats()["auto"] (python/ringzip/api.py documents the keys).
+py::dict auto_state(const Tuner::Summary& s) {
+  py::dict d, params, codecs, last;
+  d["calls"] = s.calls;
+  d["refreshes"] = s.refreshes;
+  d["codec_choices"] = s.codec_choices;
+  d["algorithm_choices"] = s.algorithm_choices;
+  params["alpha_s"] = s.link.alpha;
+  params["link_gbit"] = s.link.inv_bw > 0 ? 8e-9 / s.link.inv_bw : 0.0;
+  params["reduce_gbyte_s"] = s.link.reduce > 0 ? 1e-9 / s.link.reduce : 0.0;
+  params["codec_scale"] = s.codec_scale;
+  for (const auto& [name, c] : s.codecs) {
+    py::dict e;
+    e["encode_gbyte_s"] = 1e-9 / c.encode;
+    e["decode_gbyte_s"] = 1e-9 / c.decode;
+    e["feedback_gbyte_s"] = 1e-9 / c.feedback;
+    codecs[py::str(name)] = e;
+  }
+  params["codecs"] = codecs;
+  d["params"] = params;
+  last["bytes"] = s.last_bytes;
+  last["choice"] = s.last_choice;
+  last["predicted_s"] = s.last_predicted;
+  d["last"] = last;
+  return d;
+}
+
 }  // namespace
 }  // namespace ringzip
 
@@ -136,6 +163,12 @@ void bind_backend(py::module_& m) {
              return out;
            })
       .def("reset_stats", [](RingzipBackend& b) { b.compression_state().reset_stats(); })
+      // stats()["auto"]: what algorithm="auto" and codec="auto" chose and from which agreed figures.
+      .def("auto_state", [](RingzipBackend& b) { return auto_state(b.tuner().summary()); })
+      // Test hook: this rank's link measurements read as (alpha s/message, inv_bw s/byte); None: measured.
+      .def("_tuner_inject",
+           [](RingzipBackend& b, std::optional<std::pair<double, double>> link) { b.tuner().inject(link); },
+           py::arg("link"))
       .def("residual_bytes", [](RingzipBackend& b) { return b.compression_state().residual_bytes(); })
       // (calls, [(last_use, bound, residual), ...] by last use): Compression::State
       .def("error_feedback_state",

@@ -43,8 +43,14 @@ def stats(group=None, reset: bool = False) -> dict:
     codec_seconds and transport_seconds (the rest of the time in compressed calls), for codec
     fp16 ``overflows`` (calls whose result held Inf/NaN although this rank's input was finite:
     fp16 carries magnitudes up to 65504 only), the error-feedback memory in
-    ``residual_bytes``, and under ``topology`` the group's node layout (nodes, ranks_per_node,
-    node_of, whether all-reduce and reduce-scatter run node-aware and if not why, the transport)."""
+    ``residual_bytes``, under ``topology`` the group's node layout (nodes, ranks_per_node,
+    node_of, whether all-reduce and reduce-scatter run node-aware and if not why, the transport),
+    and under ``auto``, once algorithm="auto" or codec="auto" has chosen anything, the cost
+    model's side: calls, refreshes of the agreed parameters, codec_choices and
+    algorithm_choices (counts per codec / dense algorithm chosen), params (the agreed alpha_s,
+    link_gbit, reduce and codec speeds, codec_scale) and last (the last call's bytes, choice and
+    the predicted seconds of every candidate). Under codec="auto" each call is counted under the
+    codec that ran (``none`` for the exact ones)."""
     b = backend_of(group)
     out = {}
     for codec, s in b.stats().items():
@@ -54,6 +60,9 @@ def stats(group=None, reset: bool = False) -> dict:
         out[codec] = s
     out["residual_bytes"] = b.residual_bytes()
     out["topology"] = b.topology()
+    auto = b.auto_state()
+    if auto["calls"]:
+        out["auto"] = auto
     if reset:
         b.reset_stats()
     return out

@@ -10,7 +10,7 @@ from datetime import timedelta
 DENSE_ALGORITHMS = ("auto", "ring", "rd", "direct", "star", "hd", "tree")
 COMPRESSED_ALGORITHMS = ("auto", "ring", "sra", "sparse")
 ALGORITHMS = DENSE_ALGORITHMS + COMPRESSED_ALGORITHMS[2:]
-CODECS = ("none", "fp16", "bf16", "q8", "q4", "q2", "q1", "topk:R", "randomk:R")
+CODECS = ("none", "fp16", "bf16", "q8", "q4", "q2", "q1", "topk:R", "randomk:R", "auto", "auto:CODEC")
 
 
 @dataclass
@@ -18,13 +18,19 @@ class Options:
     """Options of a ringzip process group.
 
     timeout: default timeout of every collective (``None``: the group's timeout).
-    algorithm: ``auto`` (by size and codec), ``ring``, ``rd`` (recursive doubling, dense
+    algorithm: ``auto`` (the cost model's choice for the call's size and the group's measured
+        link and codec speeds), ``ring``, ``rd`` (recursive doubling, dense
         only), ``direct`` (one-round exchange, dense only), ``star`` (reduce at a rotating
         root and send back, fewest messages: the tiny-message default, dense only), ``hd``
         (recursive halving-doubling, dense only), ``tree`` (pipelined binary tree, dense
         only), ``sra`` (scatter-reduce-allgather, compressed only) or ``sparse``.
     codec: ``none`` (exact, the default), ``fp16``, ``bf16``, ``q8``, ``q4``, ``q2``, ``q1``,
-        ``topk:R`` or ``randomk:R`` (R: fraction kept, e.g. ``topk:0.01``).
+        ``topk:R`` or ``randomk:R`` (R: fraction kept, e.g. ``topk:0.01``), or ``auto:CODEC``:
+        per call the fastest of exact and every codec no lossier than CODEC (none < bf16/fp16 <
+        q8 < q4 < q2 < q1; ``auto:topk:R`` chooses between exact and ``topk:R``), as the cost
+        model predicts for the call's size and the group's measured link; ``auto`` means
+        ``auto:q4``. ``ringzip.stats()`` files each call under the codec that ran and counts the
+        choices under ``"auto"`` (docs/algorithms.md, "Choosing: the cost model").
     bucket_size: elements per scale of the q-codecs.
     rounding: ``stochastic`` (unbiased, default) or ``nearest`` for the q-codecs.
     min_numel: tensors with fewer elements stay exact.

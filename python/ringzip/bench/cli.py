@@ -6,6 +6,9 @@
     ringzip-bench collective [options]     nccl-tests-style sweep (the default subcommand)
     ringzip-bench kernels [options]        codec kernel throughput (memcpy, casts, codecs)
     ringzip-bench train [options]          small DDP training run per codec, side by side
+    ringzip-bench grid [options]           codec/algorithm "auto" vs every fixed choice over sizes x
+                                           links x world sizes (= collective --preset auto_grid)
+    ringzip-bench follow [options]         codec "auto" while the emulated link's rate changes
 
 Add --net RATE[,DELAY] (root) to run every rank in its own shaped network namespace.
 """
@@ -14,11 +17,11 @@ from __future__ import annotations
 import argparse
 import sys
 
-SUBCOMMANDS = ("collective", "kernels", "train")
+SUBCOMMANDS = ("collective", "kernels", "train", "grid", "follow")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from . import collective, kernels, train
+    from . import collective, follow, grid, kernels, train
 
     p = argparse.ArgumentParser(prog="ringzip-bench", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -34,6 +37,13 @@ def build_parser() -> argparse.ArgumentParser:
     t = sub.add_parser("train", help="DDP training per codec", formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     train.add_arguments(t)
     t.set_defaults(func=train.run)
+    g = sub.add_parser("grid", help="auto vs fixed choices", formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    grid.add_arguments(g)
+    g.set_defaults(func=grid.run)
+    f = sub.add_parser("follow", help="auto under a link rate change",
+                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    follow.add_arguments(f)
+    f.set_defaults(func=follow.run)
     return p
 
 
@@ -43,6 +53,10 @@ def main(argv: list[str] | None = None) -> int:
         argv = ["collective", "--preset", "default"]
     elif argv[0] not in SUBCOMMANDS and argv[0] not in ("-h", "--help"):
         argv = ["collective", *argv]
+    if argv[0] == "collective" and "auto_grid" in argv:  # the grid is its own subcommand
+        i = argv.index("auto_grid")
+        if i > 0 and argv[i - 1] == "--preset":
+            argv = ["grid", *argv[1:i - 1], *argv[i + 1:]]
     parser = build_parser()
     args = parser.parse_args(argv)
     args.argv = argv

@@ -162,13 +162,25 @@ class NetEnv:
                 pass
         self._old_handlers = {}
 
-    def _shape(self, ns: str, dev: str, delay_s: float) -> None:
+    def _tbf(self) -> list[str]:
         rate_Bps = self.rate_bits / 8
         # burst must hold a whole GSO/TSO super-packet (64 KiB) and ~1 ms of traffic.
         burst = int(max(128 * 1024, rate_Bps * 1e-3))
         limit = int(burst + rate_Bps * 0.02)  # ~20 ms of queue
+        return ["tbf", "rate", f"{int(self.rate_bits)}bit", "burst", str(burst), "limit", str(limit)]
+
+    def set_rate(self, rate_bits: float) -> None:
+        """Changes every link's rate while the ranks run (tc qdisc change: no reconnect)."""
+        self.rate_bits = float(rate_bits)
+        for r in range(self.nranks):
+            for ns, dev, delay in ((self.bridge_ns, f"{self.prefix}h{r}", 0.0), (self.rank_ns(r), self.ifname(r), self.delay_s)):
+                where = ["parent", "1:1", "handle", "10:"] if delay > 0 else ["root", "handle", "1:"]
+                _run(["ip", "netns", "exec", ns, "tc", "qdisc", "change", "dev", dev] + where + self._tbf())
+        self.log(f"[net] links now {self.describe()}")
+
+    def _shape(self, ns: str, dev: str, delay_s: float) -> None:
         base = ["ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", dev]
-        tbf = ["tbf", "rate", f"{int(self.rate_bits)}bit", "burst", str(burst), "limit", str(limit)]
+        tbf = self._tbf()
         if delay_s > 0:
             if not self._netem_ok(ns):
                 raise NetSetupError("this kernel has no netem qdisc (sch_netem), so a DELAY cannot be "

@@ -66,8 +66,13 @@ LINK_COLUMNS = [
 ]
 
 
+AUTO_COLUMNS = [("chose", 12, lambda r: r.get("auto_choice") or "-")]
+
+
 def _columns(rows):
     cols = list(COLUMNS)
+    if any(r.get("auto_choice") for r in rows):
+        cols += AUTO_COLUMNS
     if any(r.get("link_gbit") for r in rows):
         cols += LINK_COLUMNS
     return cols
@@ -84,6 +89,8 @@ def legend(rows) -> list[str]:
     if reps > 1:
         lines.append(f"# --repeat {reps}: each size ran every configuration in turn {reps} times; a row is the "
                      "repetition with the median time (all times in the JSON, repeat_times_us)")
+    if any(r.get("auto_choice") for r in rows):
+        lines.append("# chose = what algorithm/codec 'auto' ran in the timed iterations (counts when it changed)")
     if any(r.get("link_gbit") for r in rows):
         lines.append("# floor = busfactor * S / (r * B) with B the configured link rate; eff = floor / time")
     return lines

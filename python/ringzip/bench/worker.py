@@ -90,6 +90,25 @@ class Groups:
         return self.cache[key]
 
 
+def _auto_state(ringzip_mod, group):
+    """stats()["auto"] of a ringzip group (None before the cost model chose anything)."""
+    try:
+        return ringzip_mod.stats(group).get("auto")
+    except Exception:  # noqa: BLE001 - stats are optional
+        return None
+
+
+def _auto_delta(before, after) -> dict | None:
+    """What the cost model chose during the timed iterations, and what it predicted last."""
+    if not after:
+        return None
+    out = {"predicted_s": after["last"]["predicted_s"], "params": after["params"]}
+    for key in ("codec_choices", "algorithm_choices"):
+        b = (before or {}).get(key, {})
+        out[key] = {k: v - b.get(k, 0) for k, v in after[key].items() if v - b.get(k, 0) > 0}
+    return out
+
+
 def _ctrl_max(x: float) -> float:
     t = torch.tensor([x], dtype=torch.float64)
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
@@ -99,7 +118,7 @@ def _ctrl_max(x: float) -> float:
 def run_row(spec, item, case: OpCase, group, group_err, rank):
     """Measure one row on this rank; every control collective runs whatever happened."""
     res = {"err": group_err, "times": [], "max_abs": None, "rel_l2": None, "crc": None,
-           "stats": None, "iters": 0}
+           "stats": None, "iters": 0, "auto": None}
     ringzip_mod = None
     if item["cfg"]["backend"] == "ringzip" and group is not None:
         try:
@@ -145,12 +164,13 @@ def run_row(spec, item, case: OpCase, group, group_err, rank):
             case.run(group)
 
     guarded(warmups)
-    before = None
+    before = auto_before = None
     if ringzip_mod is not None and res["err"] is None:
         try:
             before = _stats_bytes(ringzip_mod.stats(group))
         except Exception:  # noqa: BLE001 - stats are optional
             before = None
+        auto_before = _auto_state(ringzip_mod, group)
     for _ in range(iters):
         case.prepare()
         dist.barrier()  # control group: aligned start
@@ -171,6 +191,7 @@ def run_row(spec, item, case: OpCase, group, group_err, rank):
                 res["stats"] = tuple(a - b for a, b in zip(after, before))
         except Exception:  # noqa: BLE001
             pass
+        res["auto"] = _auto_delta(auto_before, _auto_state(ringzip_mod, group))
     if res["err"] is None and res["iters"] > 0:
         try:
             res["max_abs"], res["rel_l2"] = case.errors()
@@ -224,6 +245,13 @@ def combine(spec, item, case: OpCase, results: list[dict], n: int) -> dict:
         total_s = sum(s[3] for s in st)
         row["codec_share"] = (sum(s[2] for s in st) / total_s) if (st and total_s > 0) else None
     row["ratio"] = ratio
+    auto = results[0].get("auto")  # every rank chose alike (agreed parameters): rank 0's
+    if auto:
+        row["auto_codecs"] = auto["codec_choices"] or None
+        row["auto_algorithms"] = auto["algorithm_choices"] or None
+        row["auto_choice"] = _choice_label(auto["codec_choices"] or auto["algorithm_choices"])
+        row["predicted_us"] = {k: v * 1e6 for k, v in auto["predicted_s"].items()}
+        row["model_params"] = auto["params"]
     if ratio:
         row["wire_busbw_gbps"] = row["busbw_gbps"] / ratio
     row["max_abs_err"] = max(r["max_abs"] for r in results)
@@ -236,6 +264,14 @@ def combine(spec, item, case: OpCase, results: list[dict], n: int) -> dict:
         row["floor_us"] = floor * 1e6
         row["efficiency"] = floor / t
     return row
+
+
+def _choice_label(counts: dict) -> str | None:
+    """'q4', or 'q4 18/none 2' when the choice changed within the row."""
+    if not counts:
+        return None
+    items = sorted(counts.items(), key=lambda kv: -kv[1])
+    return items[0][0] if len(items) == 1 else "/".join(f"{k} {v}" for k, v in items)
 
 
 def _inject_fault(idx: int, rank: int) -> None:

@@ -1,0 +1,196 @@
+// The cost model (cost.h): each algorithm's messages, bytes through the busiest rank's link and
+// element-wise work, read off its schedule (docs/algorithms.md has the steps and bytes of each).
+#include "collective/cost.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace ringzip::cost {
+namespace {
+
+// The latency term counts both what is sequential (rounds: a rank waits for its peer's message
+// of the round before) and what is not (a rank's sends: on a host that runs several ranks per
+// core every message costs a thread wake-up, so the star's 2(n-1) messages in all beat
+// recursive doubling's n log2 n although both take two rounds for n = 4). A probe round -- one
+// send and one receive per rank -- costs one alpha.
+double latency_units(double rounds, double sends_per_rank) { return 0.5 * (rounds + sends_per_rank); }
+
+int floor_log2(int n) {
+  int k = 0;
+  while ((2 << k) <= n) ++k;
+  return k;
+}
+
+double ceil_div(double a, double b) { return std::ceil(a / b); }
+
+}  // namespace
+
+Estimate combine(double messages, double wire_bytes, double compute, double overlap, const Link& l) {
+  Estimate e;
+  e.messages = messages;
+  e.wire_bytes = wire_bytes;
+  e.overlap = overlap;
+  e.latency = messages * l.alpha;
+  e.wire = wire_bytes * l.inv_bw;
+  e.compute = compute;
+  e.total = e.latency + std::max(e.wire, compute) + (1.0 - overlap) * std::min(e.wire, compute);
+  return e;
+}
+
+Estimate dense_allreduce(AllreduceAlgo a, size_t bytes, int n, const Link& l) {
+  if (n <= 1 || bytes == 0) return {};
+  const double S = static_cast<double>(bytes);
+  const int K = floor_log2(n), p = 1 << K;
+  const double fold = n != p ? 1.0 : 0.0;
+  switch (a) {
+    case AllreduceAlgo::Star:  // the root receives n-1 buffers, reduces, sends n-1
+      return combine(latency_units(2, 2.0 * (n - 1) / n), 2.0 * (n - 1) * S, (n - 1) * S * l.reduce, 0, l);
+    case AllreduceAlgo::Direct:  // one round, every rank sends its buffer to every other
+      return combine(latency_units(1, n - 1), (n - 1) * S, (n - 1) * S * l.reduce, 0, l);
+    case AllreduceAlgo::RecursiveDoubling:
+      return combine(latency_units(K + 2 * fold, K + 2 * fold), (K + 2 * fold) * S, (K + fold) * S * l.reduce, 0, l);
+    case AllreduceAlgo::HalvingDoubling:
+      return combine(latency_units(2 * K + 2 * fold, 2 * K + 2 * fold), 2.0 * (p - 1) / p * S + 2 * fold * S,
+                     ((p - 1.0) / p + fold) * S * l.reduce, 0, l);
+    case AllreduceAlgo::Tree: {  // collective/dense/tree.cc: segments of S/8 clamped to 256 KiB..1 MiB
+      const int D = floor_log2(n);
+      const double seg = std::clamp(S / 8, 256.0 * 1024, 1024.0 * 1024), k = std::max(1.0, ceil_div(S, seg));
+      const double s = S / k, steps = 2 * D + k;
+      // Per step an inner node sends a segment up and one to each child and reduces two.
+      const double fan = n >= 5 ? 3 : (n >= 3 ? 2 : 1);
+      return combine(latency_units(steps, 2.0 * (n - 1) * k / n), steps * fan * s,
+                     steps * std::min(2.0, fan) * s * l.reduce, 0, l);
+    }
+    default: {  // ring: 2(n-1) steps of one part, in segments (collective/dense/ring.cc)
+      const double part = ceil_div(S, n);
+      const double seg = std::clamp(part / 4, 1024.0 * 1024, 4096.0 * 1024), segs = std::max(1.0, ceil_div(part, seg));
+      // Segments stream through the ring: a segment is reduced while the next one travels.
+      return combine(latency_units(2 * (n - 1) + segs - 1, 2 * (n - 1) * segs), 2.0 * (n - 1) / n * S,
+                     (n - 1.0) / n * S * l.reduce, 1.0 - 1.0 / segs, l);
+    }
+  }
+}
+
+Estimate dense_reduce_scatter(size_t bytes, int n, const Link& l) {
+  if (n <= 1 || bytes == 0) return {};
+  const double S = static_cast<double>(bytes), part = ceil_div(S, n);
+  const double seg = std::clamp(part / 4, 1024.0 * 1024, 4096.0 * 1024), segs = std::max(1.0, ceil_div(part, seg));
+  return combine(latency_units((n - 1) + segs - 1, (n - 1) * segs), (n - 1.0) / n * S, (n - 1.0) / n * S * l.reduce,
+                 1.0 - 1.0 / segs, l);
+}
+
+namespace {
+
+// SRA (collective/compressed/sra.cc): parts of ~count/n elements in segments of 2 MiB of input
+// (layout.h), one step per segment; the codec of one segment runs while others travel.
+Estimate sra(const codec::Spec& s, size_t count, int n, const Link& l, const CodecSpeed& cs, bool feedback,
+             bool gather) {
+  const double part = ceil_div(static_cast<double>(count), n), P = 4 * part;
+  const double bucket = std::max<double>(1, static_cast<double>(s.bucket));
+  const double seg = std::max(bucket, std::floor((1 << 19) / bucket) * bucket), segs = std::max(1.0, ceil_div(part, seg));
+  const double enc = static_cast<double>(codec::encoded_bytes(s, static_cast<int64_t>(part)));
+  const double phases = gather ? 2 : 1;
+  const double send_pass = feedback ? cs.feedback : cs.encode;
+  // Encode n-1 parts toward their owners, decode-accumulate the n-1 received; with the gather,
+  // encode and decode the own part's sum and decode the n-1 others.
+  double compute = P * (n - 1) * (send_pass + cs.decode);
+  if (gather) compute += P * (cs.encode + cs.decode + (n - 1) * cs.decode);
+  return combine(latency_units(segs + phases, phases * (n - 1) * segs), phases * (n - 1) * enc, compute,
+                 (segs - 1) / (segs + 1), l);
+}
+
+// Compressed ring (collective/compressed/ring.cc): n-1 hops re-encoding the partial sum, then
+// an allgather of encoded parts; each hop waits for the previous one, so nothing overlaps.
+Estimate ring(const codec::Spec& s, size_t count, int n, const Link& l, const CodecSpeed& cs) {
+  const double part = ceil_div(static_cast<double>(count), n), P = 4 * part;
+  const double enc = static_cast<double>(codec::encoded_bytes(s, static_cast<int64_t>(part)));
+  const double compute = P * (cs.encode + (n - 1) * (cs.decode + cs.encode) + n * cs.decode);
+  return combine(latency_units(2 * (n - 1), 2 * (n - 1)), 2 * (n - 1) * enc, compute, 0, l);
+}
+
+// Top-k per block of 2^20 elements, sent to every peer as selected; random-k: an exact
+// all-reduce of the k values.
+Estimate sparse(const codec::Spec& s, size_t count, int n, const Link& l, const CodecSpeed& cs, bool feedback) {
+  const double S = 4.0 * count, k = static_cast<double>(codec::k_for(s, static_cast<int64_t>(count)));
+  const double pass = feedback ? cs.feedback : cs.encode;
+  if (s.kind == codec::Kind::RandomK) {
+    Estimate e = dense_allreduce(best_dense(static_cast<size_t>(4 * (k + 1)), n, l), static_cast<size_t>(4 * (k + 1)), n, l);
+    return combine(e.messages, e.wire_bytes, e.compute + S * (pass + cs.decode), 0, l);
+  }
+  const double blocks = std::max(1.0, std::min(ceil_div(count, 1 << 20), 4096.0));
+  const double payload = static_cast<double>(codec::encoded_bytes(s, static_cast<int64_t>(count)));
+  // Selection is a pass over the data; adding n-1 sparse payloads touches 2k elements each.
+  const double compute = S * pass + (n - 1) * 8 * k * l.reduce;
+  return combine(latency_units(blocks, (n - 1) * blocks), (n - 1) * payload, compute, (blocks - 1) / blocks, l);
+}
+
+}  // namespace
+
+Estimate compressed_allreduce(CompressedAlgo a, const codec::Spec& s, size_t count, int n, const Link& l,
+                              const CodecSpeed& cs, bool feedback) {
+  if (n <= 1 || count == 0) return {};
+  switch (choose_compressed(s, a)) {
+    case CompressedAlgo::Sparse: return sparse(s, count, n, l, cs, feedback);
+    case CompressedAlgo::Ring: return ring(s, count, n, l, cs);
+    default: return sra(s, count, n, l, cs, feedback, true);
+  }
+}
+
+Estimate compressed_reduce_scatter(const codec::Spec& s, size_t count, int n, const Link& l, const CodecSpeed& cs,
+                                   bool feedback) {
+  if (n <= 1 || count == 0) return {};
+  return sra(s, count, n, l, cs, feedback, false);
+}
+
+const std::vector<AllreduceAlgo>& dense_candidates() {
+  static const std::vector<AllreduceAlgo> all = {AllreduceAlgo::Star, AllreduceAlgo::RecursiveDoubling,
+                                                 AllreduceAlgo::Ring, AllreduceAlgo::HalvingDoubling,
+                                                 AllreduceAlgo::Tree, AllreduceAlgo::Direct};
+  return all;
+}
+
+AllreduceAlgo best_dense(size_t bytes, int n, const Link& l) {
+  AllreduceAlgo best = AllreduceAlgo::Ring;
+  double t = 0;
+  bool first = true;
+  for (AllreduceAlgo a : dense_candidates()) {
+    const double e = dense_allreduce(a, bytes, n, l).total;
+    if (first || e < t) best = a, t = e, first = false;
+  }
+  return best;
+}
+
+int lossiness(const codec::Spec& s) {
+  switch (s.kind) {
+    case codec::Kind::None: return 0;
+    case codec::Kind::Bf16:
+    case codec::Kind::Fp16: return 1;
+    case codec::Kind::Q8: return 2;
+    case codec::Kind::Q4: return 3;
+    case codec::Kind::Q2: return 4;
+    case codec::Kind::Q1: return 5;
+    default: return -1;
+  }
+}
+
+std::vector<codec::Spec> codec_candidates(const codec::Spec& named) {
+  codec::Spec none;
+  none.bucket = named.bucket;
+  none.stochastic = named.stochastic;
+  if (lossiness(named) < 0) return {none, named};  // top-k / random-k: only when named
+  std::vector<codec::Spec> out;
+  // bf16 and fp16 cost the same: the named one goes first so it wins the tie, else bf16 (float32's range).
+  for (const char* name : {"none", "bf16", "fp16", "q8", "q4", "q2", "q1"}) {
+    codec::Spec s = codec::parse(name, named.bucket, named.stochastic);
+    if (lossiness(s) > lossiness(named)) continue;
+    if (s.kind == named.kind) s = named;
+    const bool named_tie = named.kind == codec::Kind::Fp16 && s.kind == codec::Kind::Bf16;
+    if (named_tie) continue;  // goes after fp16
+    out.push_back(s);
+    if (s.kind == codec::Kind::Fp16 && named.kind == codec::Kind::Fp16)
+      out.push_back(codec::parse("bf16", named.bucket, named.stochastic));
+  }
+  return out;
+}
+
+}  // namespace ringzip::cost

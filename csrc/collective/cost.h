@@ -1,0 +1,91 @@
+#pragma once
+// The cost model behind algorithm="auto" and codec="auto" (docs/algorithms.md, "Choosing: the
+// cost model"): the predicted time of one all-reduce (or reduce-scatter) of each algorithm and
+// codec, from a few parameters measured per group and per process. Pure functions: the backend
+// (backend/tuner.h) measures the parameters and makes every rank hold the same ones, so every
+// rank's choice -- a function of those parameters, the call's size and n -- is the same.
+#include <cstddef>
+#include <vector>
+
+#include "codec/codec.h"
+#include "collective/algorithms.h"
+#include "collective/compressed.h"
+
+namespace ringzip::cost {
+
+// The group's links, as one rank sees them.
+struct Link {
+  double alpha = 50e-6;        // seconds per message on the critical path (latency, wake-ups)
+  double inv_bw = 1.0 / 1e9;   // seconds per byte through one rank's link (each direction)
+  double reduce = 1.0 / 4e9;   // seconds per byte of an element-wise float32 reduction (acc += x)
+};
+
+// One codec on this host, in seconds per byte of float32 input of each pass.
+struct CodecSpeed {
+  double encode = 1.0 / 2e9;
+  double decode = 1.0 / 2e9;    // decode-accumulate (a plain decode costs about the same)
+  double feedback = 1.0 / 1e9;  // encode with error feedback (encode_feedback / topk_feedback)
+};
+
+// A prediction: total = latency + max(wire, compute) + (1 - overlap) * min(wire, compute).
+// messages and wire_bytes are the coefficients of alpha and inv_bw (what a measurement of the
+// call's time tells about them, backend/tuner.cc).
+struct Estimate {
+  double total = 0, latency = 0, wire = 0, compute = 0;
+  double messages = 0, wire_bytes = 0, overlap = 0;
+};
+
+// The sum of the parts as above.
+Estimate combine(double messages, double wire_bytes, double compute, double overlap, const Link& l);
+
+// Exact all-reduce of `bytes` over n ranks with algorithm a (not Auto).
+Estimate dense_allreduce(AllreduceAlgo a, size_t bytes, int n, const Link& l);
+// Exact reduce-scatter (ring) of `bytes` (the whole buffer) over n ranks.
+Estimate dense_reduce_scatter(size_t bytes, int n, const Link& l);
+// Compressed all-reduce of `count` float32 elements with codec s and algorithm a (Ring, Sra or
+// Sparse; Auto: the one choose_compressed runs). `feedback`: error feedback on.
+Estimate compressed_allreduce(CompressedAlgo a, const codec::Spec& s, size_t count, int n, const Link& l,
+                              const CodecSpeed& cs, bool feedback);
+// SRA's first phase alone (compressed reduce-scatter).
+Estimate compressed_reduce_scatter(const codec::Spec& s, size_t count, int n, const Link& l, const CodecSpeed& cs,
+                                   bool feedback);
+
+// The dense algorithms auto chooses among, in the order ties go.
+const std::vector<AllreduceAlgo>& dense_candidates();
+// The fastest dense algorithm predicted for `bytes` over n ranks (ties: the earlier candidate).
+AllreduceAlgo best_dense(size_t bytes, int n, const Link& l);
+
+// One call as the model sees it: `bytes` of float32 over n ranks (node-aware: one shard among
+// the nodes), all-reduce or reduce-scatter, with or without error feedback, and the algorithms
+// the options ask for (Auto: the model's).
+struct Problem {
+  size_t bytes = 0;
+  int n = 1;
+  bool reduce_scatter = false;
+  bool feedback = false;
+  CompressedAlgo algo = CompressedAlgo::Auto;
+  AllreduceAlgo dense = AllreduceAlgo::Auto;
+};
+// The prediction for codec s (kind None: exact, with `dense`) and compressed algorithm a.
+Estimate predict(const codec::Spec& s, CompressedAlgo a, AllreduceAlgo dense, const Problem& p, const Link& l,
+                 const CodecSpeed& cs);
+struct Choice {
+  size_t index = 0;  // into the candidates
+  CompressedAlgo algo = CompressedAlgo::Sra;
+  AllreduceAlgo dense = AllreduceAlgo::Ring;  // what an exact call runs
+  Estimate est;
+  std::vector<double> predicted;  // per candidate, its best algorithm's total
+};
+// codec="auto" (collective/choose.cc): the candidate (least lossy first, speeds[i] its codec's)
+// predicted fastest; a lossier one, or the compressed ring instead of SRA, must be predicted 2 %
+// faster than the best before it, so noise in the estimates trades no accuracy for nothing.
+Choice choose_codec(const std::vector<codec::Spec>& candidates, const std::vector<CodecSpeed>& speeds,
+                    const Problem& p, const Link& l);
+
+// Lossiness order of codec="auto:<codec>" (none < bf16 = fp16 < q8 < q4 < q2 < q1; top-k and
+// random-k are their own family); -1 for a codec that has no place in it.
+int lossiness(const codec::Spec& s);
+// The candidates of codec="auto:<named>", least lossy first, exact ("none") included first.
+std::vector<codec::Spec> codec_candidates(const codec::Spec& named);
+
+}  // namespace ringzip::cost

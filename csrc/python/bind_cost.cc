@@ -1,0 +1,113 @@
+// ringzip._C.cost: the cost model's pure functions (collective/cost.h) and the host kernel
+// speeds it is fed (backend/tuner.h), for tests and the benchmarks' predicted-vs-measured table.
+// Parameters in seconds: alpha per message, inv_bw per byte of link, reduce per byte reduced;
+// codec speeds as (encode, decode, feedback) seconds per input byte.
+#include <pybind11/stl.h>
+#include <torch/csrc/utils/pybind.h>
+
+#include "backend/backend.h"
+#include "collective/cost.h"
+#include "python/bindings.h"
+
+namespace py = pybind11;
+
+namespace ringzip {
+namespace {
+
+using Speeds = std::tuple<double, double, double>;
+
+py::dict as_dict(const cost::Estimate& e) {
+  py::dict d;
+  d["total"] = e.total;
+  d["latency"] = e.latency;
+  d["wire"] = e.wire;
+  d["compute"] = e.compute;
+  d["messages"] = e.messages;
+  d["wire_bytes"] = e.wire_bytes;
+  d["overlap"] = e.overlap;
+  return d;
+}
+
+cost::CodecSpeed speed_of(const Speeds& s) { return {std::get<0>(s), std::get<1>(s), std::get<2>(s)}; }
+
+// The backend's parse of a codec setting ("q4", "auto", "auto:topk:0.01"); ValueError if bad.
+CompressionConfig parsed(const std::string& setting, int64_t bucket) {
+  CompressionConfig cc;
+  cc.codec = setting;
+  cc.bucket_size = bucket;
+  try {
+    parse_codec(cc);
+  } catch (const std::invalid_argument& e) {
+    throw py::value_error(std::string("ringzip: ") + e.what());
+  }
+  return cc;
+}
+
+}  // namespace
+
+void bind_cost(py::module_& m) {
+  auto c = m.def_submodule("cost", "the cost model behind algorithm='auto' and codec='auto'");
+  c.def("predict_dense",
+        [](const std::string& algorithm, size_t bytes, int n, double alpha, double inv_bw, double reduce) {
+          return as_dict(cost::dense_allreduce(parse_algorithm(algorithm), bytes, n, {alpha, inv_bw, reduce}));
+        },
+        py::arg("algorithm"), py::arg("bytes"), py::arg("n"), py::arg("alpha"), py::arg("inv_bw"),
+        py::arg("reduce") = cost::Link{}.reduce);
+  c.def("best_dense",
+        [](size_t bytes, int n, double alpha, double inv_bw, double reduce) {
+          return std::string(algorithm_name(cost::best_dense(bytes, n, {alpha, inv_bw, reduce})));
+        },
+        py::arg("bytes"), py::arg("n"), py::arg("alpha"), py::arg("inv_bw"), py::arg("reduce") = cost::Link{}.reduce);
+  c.def("predict",
+        [](const std::string& codec, const std::string& algorithm, size_t bytes, int n, double alpha, double inv_bw,
+           double reduce, const Speeds& speed, bool feedback, bool reduce_scatter, int64_t bucket) {
+          const CompressionConfig cc = parsed(codec, bucket);
+          const cost::Problem p{bytes, n, reduce_scatter, feedback, parse_compressed_algo(algorithm), AllreduceAlgo::Auto};
+          const cost::Link l{alpha, inv_bw, reduce};
+          return as_dict(cost::predict(cc.spec(), p.algo, cost::best_dense(bytes, n, l), p, l, speed_of(speed)));
+        },
+        py::arg("codec"), py::arg("algorithm"), py::arg("bytes"), py::arg("n"), py::arg("alpha"), py::arg("inv_bw"),
+        py::arg("reduce"), py::arg("speed"), py::arg("feedback") = false, py::arg("reduce_scatter") = false,
+        py::arg("bucket") = 512);
+  c.def("candidates",
+        [](const std::string& setting) {
+          std::vector<std::string> out;
+          for (const auto& cand : parsed(setting, 512).candidates) out.push_back(cand.name);
+          return out;
+        },
+        py::arg("codec"), "the candidates of a codec='auto...' setting, exact first; [] for a fixed codec");
+  // The choice codec='auto' makes given these (agreed) parameters; speeds: per candidate name,
+  // missing ones measured on this host. Returns (codec, compressed algorithm, dense algorithm,
+  // {candidate: predicted seconds}).
+  c.def("choose_codec",
+        [](const std::string& setting, size_t bytes, int n, double alpha, double inv_bw, double reduce,
+           const std::map<std::string, Speeds>& speeds, bool feedback, bool reduce_scatter) {
+          const CompressionConfig cc = parsed(setting, 512);
+          std::vector<codec::Spec> specs;
+          std::vector<cost::CodecSpeed> cs;
+          for (const auto& cand : cc.candidates) {
+            specs.push_back(cand.spec);
+            auto it = speeds.find(cand.name);
+            cs.push_back(it != speeds.end() ? speed_of(it->second)
+                         : cand.spec.kind == codec::Kind::None ? cost::CodecSpeed{} : host_codec_speed(cand.spec));
+          }
+          const cost::Problem p{bytes, n, reduce_scatter, feedback, CompressedAlgo::Auto, AllreduceAlgo::Auto};
+          const cost::Choice ch = cost::choose_codec(specs, cs, p, {alpha, inv_bw, reduce});
+          std::map<std::string, double> predicted;
+          for (size_t i = 0; i < specs.size(); ++i) predicted[cc.candidates[i].name] = ch.predicted[i];
+          return std::make_tuple(cc.candidates.at(ch.index).name, std::string(compressed_algo_name(ch.algo)),
+                                 std::string(algorithm_name(ch.dense)), predicted);
+        },
+        py::arg("codec"), py::arg("bytes"), py::arg("n"), py::arg("alpha"), py::arg("inv_bw"), py::arg("reduce"),
+        py::arg("speeds") = std::map<std::string, Speeds>{}, py::arg("feedback") = false,
+        py::arg("reduce_scatter") = false);
+  c.def("host_codec_speed",
+        [](const std::string& codec, int64_t bucket) {
+          const cost::CodecSpeed s = host_codec_speed(parsed(codec, bucket).spec());
+          return std::make_tuple(s.encode, s.decode, s.feedback);
+        },
+        py::arg("codec"), py::arg("bucket") = 512, "(encode, decode, feedback) seconds per input byte, cached");
+  c.def("host_reduce_speed", &host_reduce_speed, "seconds per byte of a float32 sum, cached");
+}
+
+}  // namespace ringzip

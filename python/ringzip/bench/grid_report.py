@@ -1,0 +1,165 @@
+"""The grid's cells (grid.py rows -> ratios), its markdown, JSON and heat map."""
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+
+from .common import fmt_bytes
+
+FIXED = ("none", "bf16", "fp16", "q8", "q4", "q2", "q1")
+
+
+def cells(rows: list[dict]) -> list[dict]:
+    """One record per (link, nproc, size): the times by configuration and the ratios."""
+    by: dict[tuple, dict] = {}
+    for r in rows:
+        if not r.get("time_us"):
+            continue
+        c = by.setdefault((r["link"], r["nproc"], r["size_bytes"]),
+                          {"link": r["link"], "nproc": r["nproc"], "size": r["size_bytes"], "codec": {}, "dense": {},
+                           "predicted_codec": {}, "predicted_dense": {}})
+        if r["algorithm"] == "auto":
+            c["codec"][r["codec"]] = r["time_us"]
+            if r["codec"] == "auto":
+                c["chose"] = r.get("auto_choice")
+                c["predicted_codec"] = r.get("predicted_us") or {}
+            elif r["codec"] == "none":
+                c["dense_chose"] = r.get("auto_choice")
+                c["predicted_dense"] = r.get("predicted_us") or {}
+        elif r["codec"] == "none":
+            c["dense"][r["algorithm"]] = r["time_us"]
+    out = []
+    for c in by.values():
+        t = c["codec"]
+        fixed = {k: v for k, v in t.items() if k in FIXED}
+        if "auto" in t and "none" in t and fixed:
+            c["best_fixed"] = min(fixed, key=fixed.get)
+            c["auto_over_exact"] = t["auto"] / t["none"]
+            c["auto_over_best"] = t["auto"] / fixed[c["best_fixed"]]
+        if c["dense"] and "none" in t:
+            c["best_dense"] = min(c["dense"], key=c["dense"].get)
+            c["dense_auto_over_best"] = t["none"] / c["dense"][c["best_dense"]]
+        out.append(c)
+    return sorted(out, key=lambda c: (c["link"] != "loopback", c["link"], c["nproc"], c["size"]))
+
+
+def model_errors(cs: list[dict]) -> list[dict]:
+    """Predicted vs measured for every candidate the model priced and the grid also ran."""
+    out = []
+    for c in cs:
+        for kind, pred, meas in (("codec", c["predicted_codec"], c["codec"]), ("dense", c["predicted_dense"], c["dense"])):
+            for name, p in pred.items():
+                if name in meas and p > 0:
+                    out.append({"link": c["link"], "nproc": c["nproc"], "size": c["size"], "kind": kind, "name": name,
+                                "predicted_us": p, "measured_us": meas[name], "error": p / meas[name] - 1})
+    return out
+
+
+def summary(cs: list[dict], errs: list[dict]) -> list[tuple[str, str, bool | None]]:
+    def vals(key):
+        return [c[key] for c in cs if key in c]
+
+    def worst(key):
+        v = vals(key)
+        return max(v) if v else float("nan")
+
+    ax, ab, dn = vals("auto_over_exact"), vals("auto_over_best"), vals("dense_auto_over_best")
+    ae = [abs(e["error"]) for e in errs]
+    lines = []
+    if ax:
+        lines.append(("auto / exact, worst cell (<= 1.03)", f"{worst('auto_over_exact'):.3f}", worst("auto_over_exact") <= 1.03))
+    if ab:
+        lines.append(("auto / best fixed, worst cell (<= 1.10)", f"{worst('auto_over_best'):.3f}", worst("auto_over_best") <= 1.10))
+        med = statistics.median(ab)
+        lines.append(("auto / best fixed, median cell (<= 1.05)", f"{med:.3f}", med <= 1.05))
+    if dn:
+        lines.append(("dense auto / best forced, worst cell (<= 1.05)", f"{worst('dense_auto_over_best'):.3f}",
+                      worst("dense_auto_over_best") <= 1.05))
+        lines.append(("dense auto / best forced, median cell", f"{statistics.median(dn):.3f}", None))
+    if ae:
+        within = sum(e <= 0.25 for e in ae) / len(ae)
+        lines.append(("model |predicted/measured - 1|, median", f"{statistics.median(ae):.1%}", statistics.median(ae) <= 0.25))
+        lines.append(("model predictions within 25 % of measured", f"{within:.0%} of {len(ae)}", None))
+    return lines
+
+
+def _md(header: dict, cs: list[dict], errs: list[dict]) -> str:
+    h = header
+    out = ["# codec='auto' and algorithm='auto' vs fixed choices (`ringzip-bench grid`)", "",
+           f"{h['date']}; CPU {h['cpu']} x {h['cores']} logical cores; load average {h['load_before']:.2f} before, "
+           f"{h.get('load_after', float('nan')):.2f} after ({h.get('minutes', 0):.0f} min); torch {h['versions'].get('torch')}; "
+           f"`{' '.join(h.get('argv') or [])}`", "",
+           "Times: median over iterations of the slowest rank, median of the repeats (us). min_numel=0: every fixed "
+           "codec compresses at every size. auto = codec 'auto' (= auto:q4); exact = codec none, algorithm auto.", "",
+           "| must hold | value | ok |", "|---|---:|---|"]
+    out += [f"| {a} | {b} | {'-' if ok is None else ('yes' if ok else 'NO')} |" for a, b, ok in summary(cs, errs)]
+    codecs = [k for k in FIXED if any(k in c["codec"] for c in cs)]
+    out += ["", "## Codecs", "", "| link | n | size | " + " | ".join(codecs) + " | auto | chose | auto/exact | auto/best |",
+            "|---|---:|---:|" + "---:|" * (len(codecs) + 1) + "---|---:|---:|"]
+    for c in cs:
+        t = c["codec"]
+        cells_ = [f"{t[k]:.0f}" if k in t else "-" for k in codecs + ["auto"]]
+        out.append(f"| {c['link']} | {c['nproc']} | {fmt_bytes(c['size'])} | " + " | ".join(cells_) +
+                   f" | {c.get('chose') or '-'} | {c.get('auto_over_exact', float('nan')):.3f} | "
+                   f"{c.get('auto_over_best', float('nan')):.3f} |")
+    algos = sorted({a for c in cs for a in c["dense"]})
+    if algos:
+        out += ["", "## Dense all-reduce", "", "| link | n | size | auto | chose | " + " | ".join(algos) + " | auto/best |",
+                "|---|---:|---:|---:|---|" + "---:|" * len(algos) + "---:|"]
+        for c in cs:
+            d = c["dense"]
+            out.append(f"| {c['link']} | {c['nproc']} | {fmt_bytes(c['size'])} | {c['codec'].get('none', float('nan')):.0f} | "
+                       f"{c.get('dense_chose') or '-'} | " + " | ".join(f"{d[a]:.0f}" if a in d else "-" for a in algos) +
+                       f" | {c.get('dense_auto_over_best', float('nan')):.3f} |")
+    if errs:
+        out += ["", "## Model: predicted vs measured (us)", "", "| link | n | size | candidate | predicted | measured | error |",
+                "|---|---:|---:|---|---:|---:|---:|"]
+        out += [f"| {e['link']} | {e['nproc']} | {fmt_bytes(e['size'])} | {e['kind']} {e['name']} | {e['predicted_us']:.0f} | "
+                f"{e['measured_us']:.0f} | {e['error']:+.0%} |" for e in errs]
+    return "\n".join(out) + "\n"
+
+
+def _plot(path: Path, cs: list[dict]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = sorted({(c["link"], c["nproc"]) for c in cs}, key=lambda k: (k[0] != "loopback", k[0], k[1]))
+    sizes = sorted({c["size"] for c in cs})
+    at = {(c["link"], c["nproc"], c["size"]): c for c in cs}
+    fig, axes = plt.subplots(1, 2, figsize=(13, 1.2 + 0.55 * len(rows)))
+    for ax, key, label, what in ((axes[0], "auto_over_best", "chose", "codec auto / best fixed codec"),
+                                 (axes[1], "dense_auto_over_best", "dense_chose", "algorithm auto / best forced (exact)")):
+        grid = [[at.get((l, n, s), {}).get(key, float("nan")) for s in sizes] for l, n in rows]
+        im = ax.imshow(grid, cmap="RdYlGn_r", vmin=0.8, vmax=1.2, aspect="auto")
+        for i, (l, n) in enumerate(rows):
+            for j, s in enumerate(sizes):
+                c = at.get((l, n, s), {})
+                if key in c:
+                    ax.text(j, i, f"{c[key]:.2f}\n{c.get(label) or ''}", ha="center", va="center", fontsize=6)
+        ax.set_xticks(range(len(sizes)), [fmt_bytes(s) for s in sizes])
+        ax.set_yticks(range(len(rows)), [f"{l}, {n} ranks" for l, n in rows])
+        ax.set_title(what, fontsize=9)
+        fig.colorbar(im, ax=ax, fraction=0.04)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def write(out_dir: Path, stem: str, header: dict, rows: list[dict]) -> list[Path]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    cs = cells(rows)
+    errs = model_errors(cs)
+    md, js, png = (out_dir / f"{stem}.{ext}" for ext in ("md", "json", "png"))
+    md.write_text(_md(header, cs, errs))
+    js.write_text(json.dumps({"header": header, "summary": summary(cs, errs), "cells": cs, "model": errs, "rows": rows},
+                             indent=1, default=str))
+    written = [md, js]
+    try:
+        _plot(png, cs)
+        written.append(png)
+    except Exception as e:  # noqa: BLE001 - a plot never costs the measurements
+        print(f"[grid] plot failed: {e}")
+    return written

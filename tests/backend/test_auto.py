@@ -1,0 +1,163 @@
+"""codec="auto" and algorithm="auto" in real process groups (3 processes): RINGZIP_CODEC=auto,
+bad settings, every rank choosing the same although each measured (here: was told) a different
+link, the choice following a change of the link within 20 calls, error feedback across a flip
+from q4 to exact (nothing lost), auto:topk, reduce-scatter, stats per codec that ran, and the
+dense algorithm choice (docs/algorithms.md, "Choosing: the cost model"). Link measurements are
+injected (backend._tuner_inject), so the choices do not depend on this machine's load."""
+from __future__ import annotations
+
+import os
+
+import torch
+import torch.distributed as dist
+
+from tests import mp
+
+GBIT = 8e-9  # seconds per byte of a 1 Gbit/s link
+FAST = (10e-6, GBIT / 1000)  # 1 Tbit/s: no codec pays
+SLOW = (100e-6, GBIT)
+
+
+def _same_everywhere(obj, what):
+    every = [None] * dist.get_world_size()
+    dist.all_gather_object(every, obj)
+    assert all(e == every[0] for e in every), f"{what} differs between ranks: {every}"
+
+
+def _bits(t):
+    return t.contiguous().view(torch.int32).tolist()
+
+
+def _until(group, want, calls, count, rank):
+    """All-reduces until the last choice is `want` (or one of them); returns how many calls it took."""
+    import ringzip
+
+    for k in range(1, calls + 1):
+        x = torch.randn(count, generator=torch.Generator().manual_seed(1000 * k + rank))
+        dist.all_reduce(x, group=group)
+        choice = ringzip.stats(group)["auto"]["last"]["choice"]
+        if choice in want:
+            return k, choice
+    raise AssertionError(f"no choice in {want} after {calls} calls (last {choice})")
+
+
+def auto_checks(ctx):
+    torch.set_num_threads(1)
+    os.environ["RINGZIP_CODEC"] = "auto"
+    import ringzip
+    from ringzip._registry import backend_of
+
+    rank, n = ctx.rank, ctx.world_size
+    chk = mp.Checker(rank)
+    dist.init_process_group("ringzip", rank=rank, world_size=n, init_method=ctx.init_method)
+    with chk.case("env_codec_auto"):
+        assert ringzip.get_options().codec == "auto" and backend_of().settings()["codec"] == "auto"
+        x = torch.randn(1 << 17, generator=torch.Generator().manual_seed(rank))
+        dist.all_reduce(x)
+        st = ringzip.stats()
+        assert sum(st["auto"]["codec_choices"].values()) == 1, st["auto"]
+        assert st[st["auto"]["last"]["choice"]]["calls"] == 1, st
+        _same_everywhere(_bits(x), "the result")
+    with chk.case("bad_codec_strings"):
+        for bad in ("auto:zz", "auto:", "auto:topk:2", "auto:auto"):
+            try:
+                ringzip.set_options(codec=bad)
+            except ValueError as e:
+                assert bad in str(e), str(e)
+            else:
+                raise AssertionError(f"{bad!r} was accepted")
+        assert ringzip.get_options().codec == "auto" and backend_of().settings()["codec"] == "auto"
+
+    g = dist.new_group(pg_options=ringzip.Options(codec="auto", min_numel=0))
+    with chk.case("ranks_agree_from_different_measurements"):
+        backend_of(g)._tuner_inject((1e-4 * (rank + 1), GBIT * (0.3 + rank)))  # each rank its own
+        seen = []
+        for count in (1 << 10, 1 << 14, 1 << 18, 1 << 20, 1 << 22):
+            x = torch.randn(count, generator=torch.Generator().manual_seed(count + rank))
+            dist.all_reduce(x, group=g)
+            auto = ringzip.stats(g)["auto"]
+            seen.append((auto["last"]["choice"], auto["params"]["link_gbit"], auto["params"]["alpha_s"]))
+            _same_everywhere(_bits(x[:4096]), f"the result of {count} elements")
+        _same_everywhere(seen, "choices and agreed parameters")
+        assert {c for c, _, _ in seen} >= {"none"}, seen  # the small calls stay exact
+
+    with chk.case("follows_a_link_change_within_20_calls"):
+        backend_of(g)._tuner_inject(FAST)
+        k_fast, _ = _until(g, {"none"}, 20, 1 << 20, rank)
+        backend_of(g)._tuner_inject(SLOW)
+        k_slow, choice = _until(g, {"q8", "q4"}, 20, 1 << 20, rank)
+        _same_everywhere((k_fast, k_slow, choice), "when the choice changed")
+        st = ringzip.stats(g)
+        assert st["none"]["calls"] > 0 and st[choice]["calls"] > 0, st
+
+    h = dist.new_group(pg_options=ringzip.Options(codec="auto:q4", error_feedback=True, min_numel=0))
+    with chk.case("error_feedback_survives_a_flip_to_exact"):
+        def owed():
+            (_, r), = ringzip.error_feedback_state(h)["residuals"]
+            return r.clone()
+
+        def step(seed):
+            x = torch.randn(1 << 20, generator=torch.Generator().manual_seed(seed * 10 + rank))
+            sent = x.clone()
+            dist.all_reduce(x, group=h)
+            # x goes when this returns: its residual is free for the next call's tensor (one residual)
+            return sent, x.clone(), ringzip.stats(h)["auto"]["last"]["choice"]
+
+        backend_of(h)._tuner_inject(SLOW)
+        first = [step(s)[2] for s in range(3)]
+        assert len(set(first)) == 1 and first[0] != "none", first
+        backend_of(h)._tuner_inject(FAST)
+        for s in range(3, 23):
+            r = owed()
+            sent, out, choice = step(s)
+            if choice == "none":
+                break
+        assert choice == "none", "never went exact"
+        assert float(r.abs().sum()) > 1.0, "the compressed calls left nothing to carry"
+        # The exact call carried what was owed: out = sum over ranks of (input + residual).
+        every = [torch.empty_like(sent) for _ in range(n)]
+        dist.all_gather(every, sent + r)
+        err = float((out - torch.stack(every).sum(0)).abs().max())
+        assert err < 1e-4, f"the exact call's result misses {err} of what was owed"
+        assert float(owed().abs().sum()) == 0.0, "the residual was not consumed"
+        _same_everywhere(_bits(out[:4096]), "the exact call's result")
+
+    t = dist.new_group(pg_options=ringzip.Options(codec="auto:topk:0.01", min_numel=0))
+    with chk.case("auto_topk"):
+        backend_of(t)._tuner_inject(SLOW)
+        x = torch.randn(1 << 20, generator=torch.Generator().manual_seed(rank))
+        dist.all_reduce(x, group=t)
+        st = ringzip.stats(t)
+        assert st["auto"]["last"]["choice"] == "topk:0.01" and st["topk:0.01"]["calls"] == 1, st
+        assert set(st["auto"]["last"]["predicted_s"]) == {"none", "topk:0.01"}, st["auto"]
+        _same_everywhere(_bits(x[:4096]), "the top-k result")
+
+    with chk.case("reduce_scatter_under_auto"):
+        x = torch.randn(n * (1 << 18), generator=torch.Generator().manual_seed(7 + rank))
+        every = [torch.empty_like(x) for _ in range(n)]
+        dist.all_gather(every, x)
+        want = torch.stack(every).sum(0).narrow(0, rank * (1 << 18), 1 << 18)
+        out = torch.empty(1 << 18)
+        dist.reduce_scatter_tensor(out, x, group=g)
+        rel = float((out - want).norm() / want.norm())
+        choice = ringzip.stats(g)["auto"]["last"]["choice"]
+        assert rel < (1e-6 if choice == "none" else 0.2), (choice, rel)
+
+    d = dist.new_group(pg_options=ringzip.Options())
+    with chk.case("dense_algorithm_auto"):
+        backend_of(d)._tuner_inject(SLOW)
+        for count in (4, 1 << 20):
+            x = torch.randn(count, generator=torch.Generator().manual_seed(count + rank))
+            dist.all_reduce(x, group=d)
+            _same_everywhere(_bits(x[:4096]), f"the dense result of {count} elements")
+        auto = ringzip.stats(d)["auto"]
+        assert sum(auto["algorithm_choices"].values()) == 2 and not auto["codec_choices"], auto
+        assert set(auto["last"]["predicted_s"]) == {"star", "rd", "ring", "hd", "tree", "direct"}, auto
+    dist.destroy_process_group()
+    return chk.result()
+
+
+def test_auto_in_process_groups():
+    res = mp.run(auto_checks, 3, timeout=240)
+    mp.raise_on_failures(mp.merge(res), "codec/algorithm auto")
+    assert len(set().union(*(r["passed"] for r in res))) == 8, [sorted(r["passed"]) for r in res]

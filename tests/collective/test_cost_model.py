@@ -1,0 +1,120 @@
+"""The cost model's pure functions (csrc/collective/cost.h through ringzip._C.cost): each
+algorithm's terms read off its schedule, the dense choice, the candidates of codec="auto:<codec>"
+and the codec choice given fixed parameters (docs/algorithms.md, "Choosing: the cost model")."""
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from ringzip import _C
+
+C = _C.cost
+MIB = 1 << 20
+GBIT = 8e-9  # inv_bw of a 1 Gbit/s link, seconds per byte
+SPEED = (1 / 2e9, 1 / 2e9, 1 / 1e9)  # encode, decode, feedback: seconds per input byte
+SPEEDS = {name: SPEED for name in ("bf16", "fp16", "q8", "q4", "q2", "q1", "topk:0.01")}
+
+
+def test_dense_terms_follow_the_schedules():
+    S, n = 64 * MIB, 4
+    ring = C.predict_dense("ring", S, n, alpha=0.0, inv_bw=GBIT, reduce=0.0)
+    assert ring["wire_bytes"] == pytest.approx(2 * (n - 1) / n * S)
+    assert ring["total"] == pytest.approx(ring["wire"])
+    assert C.predict_dense("hd", S, n, 0.0, GBIT, 0.0)["wire_bytes"] == pytest.approx(ring["wire_bytes"])
+    assert C.predict_dense("rd", S, n, 0.0, GBIT, 0.0)["wire_bytes"] == pytest.approx(2 * S)  # log2 4 whole buffers
+    assert C.predict_dense("rd", S, 3, 0.0, GBIT, 0.0)["wire_bytes"] == pytest.approx(3 * S)  # + fold in and out
+    assert C.predict_dense("star", S, n, 0.0, GBIT, 0.0)["wire_bytes"] == pytest.approx(2 * (n - 1) * S)
+    assert C.predict_dense("direct", S, n, 0.0, GBIT, 0.0)["wire_bytes"] == pytest.approx((n - 1) * S)
+    # latency: the star's two rounds of few messages beat the ring's 2(n-1) rounds
+    star, ring8 = (C.predict_dense(a, 8, n, alpha=1e-4, inv_bw=GBIT)["messages"] for a in ("star", "ring"))
+    assert star < ring8
+    assert C.predict_dense("ring", 0, n, 1e-4, GBIT)["total"] == 0
+    assert C.predict_dense("ring", S, 1, 1e-4, GBIT)["total"] == 0
+
+
+def test_total_combines_terms_with_overlap():
+    e = C.predict_dense("ring", 64 * MIB, 4, alpha=1e-4, inv_bw=GBIT, reduce=1 / 4e9)
+    hi, lo = max(e["wire"], e["compute"]), min(e["wire"], e["compute"])
+    assert e["total"] == pytest.approx(e["latency"] + hi + (1 - e["overlap"]) * lo)
+    assert 0 < e["overlap"] < 1  # segments stream: reduction overlaps the transfer
+
+
+def test_best_dense_by_size_and_link():
+    assert C.best_dense(8, 4, alpha=1e-4, inv_bw=GBIT) == "star"
+    assert C.best_dense(64 * MIB, 4, alpha=1e-4, inv_bw=GBIT) in ("ring", "hd")
+    assert C.best_dense(64 * MIB, 3, alpha=1e-4, inv_bw=GBIT) == "ring"  # hd's fold costs a whole buffer
+    with pytest.raises(ValueError):
+        C.predict_dense("zz", 8, 4, 1e-4, GBIT)
+
+
+@pytest.mark.parametrize("setting,want", [
+    ("auto", ["none", "bf16", "fp16", "q8", "q4"]),
+    ("auto:q4", ["none", "bf16", "fp16", "q8", "q4"]),
+    ("auto:q8", ["none", "bf16", "fp16", "q8"]),
+    ("auto:q1", ["none", "bf16", "fp16", "q8", "q4", "q2", "q1"]),
+    ("auto:fp16", ["none", "fp16", "bf16"]),
+    ("auto:bf16", ["none", "bf16", "fp16"]),
+    ("auto:none", ["none"]),
+    ("auto:topk:0.01", ["none", "topk:0.01"]),
+    ("auto:randomk:0.1", ["none", "randomk:0.1"]),
+    ("q4", []),
+])
+def test_candidates(setting, want):
+    assert C.candidates(setting) == want
+
+
+@pytest.mark.parametrize("bad", ["auto:zz", "auto:", "auto:auto", "auto:topk:2", "autoq4", "auto:q4:1"])
+def test_bad_codec_strings_raise(bad):
+    with pytest.raises(ValueError):
+        C.candidates(bad)
+
+
+def test_codec_choice_by_link_and_size():
+    fast = dict(alpha=10e-6, inv_bw=GBIT / 100, reduce=1 / 4e9, speeds=SPEEDS)  # 100 Gbit/s
+    slow = dict(alpha=100e-6, inv_bw=GBIT, reduce=1 / 4e9, speeds=SPEEDS)       # 1 Gbit/s
+    assert C.choose_codec("auto", 64 * MIB, 4, **fast)[0] == "none"
+    choice, algo, dense, predicted = C.choose_codec("auto", 64 * MIB, 4, **slow)
+    assert choice == "q4" and algo in ("sra", "ring"), (choice, predicted)
+    assert set(predicted) == {"none", "bf16", "fp16", "q8", "q4"}
+    assert predicted["q4"] < predicted["q8"] < predicted["bf16"] < predicted["none"]
+    # small calls are latency-bound: exact wins even on the slow link
+    assert C.choose_codec("auto", 16 * 1024, 4, **slow)[0] == "none"
+    # the named codec bounds the lossiness
+    assert C.choose_codec("auto:q8", 64 * MIB, 4, **slow)[0] == "q8"
+    assert C.choose_codec("auto:topk:0.01", 64 * MIB, 4, **slow)[0] == "topk:0.01"
+    assert C.choose_codec("auto", 64 * MIB, 1, **slow)[0] == "none"  # one rank: nothing to send
+
+
+def test_codec_bound_by_cpu_is_not_chosen():
+    """A codec slower than the link it saves is not worth it: with a slow codec on a fast link
+    exact wins, and q4's prediction is bounded below by its codec time."""
+    slow_codec = {k: (1 / 0.2e9,) * 3 for k in SPEEDS}
+    args = dict(alpha=20e-6, inv_bw=GBIT / 10, reduce=1 / 4e9, speeds=slow_codec)
+    choice, _, _, predicted = C.choose_codec("auto", 64 * MIB, 4, **args)
+    assert choice == "none"
+    assert predicted["q4"] >= 64 * MIB / 0.2e9
+
+
+def test_margin_prefers_less_lossy_on_near_ties():
+    """bf16 and fp16 cost the same: the first listed wins (the named one, else bf16)."""
+    slow = dict(alpha=100e-6, inv_bw=GBIT, reduce=1 / 4e9, speeds=SPEEDS)
+    assert C.choose_codec("auto:bf16", 64 * MIB, 4, **slow)[0] == "bf16"
+    assert C.choose_codec("auto:fp16", 64 * MIB, 4, **slow)[0] == "fp16"
+
+
+def test_reduce_scatter_prices_half_the_traffic():
+    args = dict(alpha=0.0, inv_bw=GBIT, reduce=0.0, speed=SPEED)
+    ar = C.predict("q4", "sra", 64 * MIB, 4, **args)
+    rs = C.predict("q4", "sra", 64 * MIB, 4, reduce_scatter=True, **args)
+    assert rs["wire_bytes"] == pytest.approx(ar["wire_bytes"] / 2)
+    exact = C.predict("none", "auto", 64 * MIB, 4, **args)
+    part = 64 * MIB // 4 // 4  # elements per rank's part
+    assert ar["wire_bytes"] == pytest.approx(2 * 3 * _C.codec.encoded_bytes("q4", part, 512))
+    assert exact["wire_bytes"] == pytest.approx(2 * 3 / 4 * 64 * MIB)
+
+
+def test_host_speeds_are_measured_and_cached():
+    a = C.host_codec_speed("q4")
+    assert all(0 < x < 1e-6 for x in a) and C.host_codec_speed("q4") == a
+    assert 0 < C.host_reduce_speed() < 1e-6 and not math.isnan(C.host_reduce_speed())
