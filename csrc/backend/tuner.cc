@@ -8,8 +8,6 @@
 
 namespace ringzip {
 
-const char* algorithm_name(AllreduceAlgo a);  // backend.cc
-
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -17,7 +15,7 @@ double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock:
 
 // Tag steps of the probe and the agreement: above every algorithm's, below the fingerprint
 // exchange's (backend/fingerprint.cc); the tag key keeps mismatched calls apart as usual.
-constexpr uint32_t kProbeStep = 0xFFE0, kGatherStep = 0xFFE8, kResultStep = 0xFFE9;
+constexpr uint32_t kProbeStep = 0xFFC0, kGatherStep = 0xFFE8, kResultStep = 0xFFE9;  // probe: 0xFFC0-0xFFDF
 constexpr size_t kWindow = 5;          // samples per estimate: the median of 5 shrugs off 2 outliers
 constexpr size_t kProbeBytes = 1 << 20;
 // A refresh costs about one small star all-reduce: after at least kMinCalls calls, refresh once
@@ -25,6 +23,8 @@ constexpr size_t kProbeBytes = 1 << 20;
 // and at the latest after kMaxCalls calls (a change of the link shows within 20 calls).
 constexpr uint64_t kMinCalls = 4, kMaxCalls = 16;
 constexpr double kCostRatio = 50;
+constexpr uint64_t kExpire = 8;   // refreshes a measurement stays valid without a new sample
+constexpr size_t kTimes = 3;      // samples per calibration key (median of 3)
 
 void push(std::deque<double>& w, double x) {
   if (!std::isfinite(x) || x <= 0) return;
@@ -50,24 +50,55 @@ double ring_step(Comm& c, std::vector<uint8_t>& out, std::vector<uint8_t>& in, s
   return since(t0);
 }
 
+// Every rank sends `bytes` to rank 0, which answers each with 8 bytes once it has all: rank 0's
+// link carries n-1 buffers, and every rank's time ends when rank 0's does.
+double gather_step(Comm& c, std::vector<uint8_t>& out, std::vector<uint8_t>& in, size_t bytes, uint32_t step) {
+  const int n = c.size();
+  const auto t0 = Clock::now();
+  if (c.rank() == 0) {
+    std::vector<std::unique_ptr<Request>> q;
+    for (int j = 1; j < n; ++j) q.push_back(c.post_recv(in.data() + (j - 1) * bytes, bytes, j, c.tag(step)));
+    for (int j = 1; j < n; ++j) c.wait(*q[j - 1], j, "auto-tuning probe: receive from");
+    q.clear();
+    for (int j = 1; j < n; ++j) q.push_back(c.post_send(out.data(), 8, j, c.tag(step + 16)));
+    for (int j = 1; j < n; ++j) c.wait(*q[j - 1], j, "auto-tuning probe: send to");
+  } else {
+    auto sq = c.post_send(out.data(), bytes, 0, c.tag(step));
+    auto rq = c.post_recv(in.data(), 8, 0, c.tag(step + 16));
+    c.wait(*rq, 0, "auto-tuning probe: receive from");
+    c.wait(*sq, 0, "auto-tuning probe: send to");
+  }
+  return since(t0);
+}
+
 }  // namespace
 
 void Tuner::probe(Comm& c) {
-  std::vector<uint8_t> out(kProbeBytes, 0), in(kProbeBytes);
+  const int n = c.size();
+  std::vector<uint8_t> out(kProbeBytes, 0), in(kProbeBytes * (n - 1));
   ring_step(c, out, in, 8, kProbeStep);  // lines the ranks up: the timed rounds start together
-  for (uint32_t i = 1; i <= 3; ++i) push(alpha_, ring_step(c, out, in, 8, kProbeStep + i));
-  // Twice: a shaped link lets its burst through at full speed first.
-  double big = ring_step(c, out, in, kProbeBytes, kProbeStep + 4);
-  big = std::max(big, ring_step(c, out, in, kProbeBytes, kProbeStep + 5));
-  push(inv_bw_, (big - median(alpha_, 0)) / kProbeBytes);
+  std::deque<double> small, big, gather_small, gather_big;
+  for (uint32_t i = 1; i <= 3; ++i) small.push_back(ring_step(c, out, in, 8, kProbeStep + i));
+  // The first large round is not timed: a fresh connection's first megabyte (TCP windows
+  // growing) and a shaped link's burst would both mislead.
+  ring_step(c, out, in, kProbeBytes, kProbeStep + 4);
+  for (uint32_t i = 5; i <= 7; ++i) big.push_back(ring_step(c, out, in, kProbeBytes, kProbeStep + i));
+  for (uint32_t i = 8; i <= 9; ++i) gather_small.push_back(gather_step(c, out, in, 8, kProbeStep + i));
+  for (uint32_t i = 10; i <= 11; ++i) gather_big.push_back(gather_step(c, out, in, kProbeBytes, kProbeStep + i));
+  for (double t : small) push(alpha_, t);
+  // A ring round moves one buffer per rank, on every rank's link at once: what the host copies
+  // per rank. A gather moves n-1 buffers through rank 0's link alone.
+  push(inv_host_, (median(big, 0) - median(small, 0)) / kProbeBytes);
+  push(inv_bw_, (median(gather_big, 0) - median(gather_small, 0)) / (static_cast<double>(n - 1) * kProbeBytes));
 }
 
 void Tuner::agree(Comm& c, const std::vector<CodecCandidate>* candidates) {
   std::vector<std::string> names;
   const auto inj = injected();
-  std::vector<double> v = {inj ? inj->first : median(alpha_, link_.alpha),
-                           inj ? inj->second : median(inv_bw_, link_.inv_bw), host_reduce_speed(),
-                           median(codec_scale_, 1.0)};
+  std::vector<double> v = {inj ? inj->first : median(alpha_, link_.alpha), inj ? inj->second : median(inv_bw_, link_.inv_bw),
+                           host_reduce_speed(), median(codec_scale_, 1.0), inj ? 1.0 : 0.0,
+                           inj ? 0.0 : median(inv_host_, link_.inv_host)};
+  constexpr size_t kFixed = 6;
   for (size_t i = 0; candidates && i < candidates->size(); ++i) {
     const CodecCandidate& cand = (*candidates)[i];
     if (cand.spec.kind == codec::Kind::None) continue;
@@ -75,6 +106,9 @@ void Tuner::agree(Comm& c, const std::vector<CodecCandidate>* candidates) {
     names.push_back(cand.name);
     v.insert(v.end(), {s.encode, s.decode, s.feedback});
   }
+  // Every rank ran the same calls, so every rank holds the same calibration keys, in map order.
+  // A way's price is the least of its last times: a shared machine only ever adds to them.
+  for (const auto& [key, w] : seconds_) v.push_back(*std::min_element(w.begin(), w.end()));
   const int n = c.size();
   if (n > 1) {  // star: rank 0 averages in rank order and sends its bits to all
     const size_t bytes = v.size() * sizeof(double);
@@ -101,15 +135,38 @@ void Tuner::agree(Comm& c, const std::vector<CodecCandidate>* candidates) {
     }
   }
   std::lock_guard<std::mutex> lock(mu_);
-  link_ = cost::Link{v[0], v[1], v[2]};
-  codec_scale_agreed_ = v[3];
-  for (size_t i = 0; i < names.size(); ++i) codecs_[names[i]] = {v[4 + 3 * i], v[5 + 3 * i], v[6 + 3 * i]};
   ++refreshes_;
+  link_ = cost::Link{v[0], v[1], v[2], v[5]};
+  codec_scale_agreed_ = v[3];
+  calibrate_ = v[4] == 0;  // a rank with injected figures: the model alone decides
+  size_t at = kFixed;
+  for (const std::string& name : names) {
+    codecs_[name] = {v[at], v[at + 1], v[at + 2]};
+    at += 3;
+  }
+  for (const auto& [key, w] : seconds_) {
+    Measured& m = measured_[key];
+    m.seconds = v[at++];
+    m.bytes = sample_bytes_[key];
+    m.count = w.size();  // the same on every rank: every rank ran the same calls
+    if (dirty_.count(key)) m.stamp = refreshes_;
+  }
+  for (auto it = measured_.begin(); it != measured_.end();) {  // stale: measure again when plausible
+    if (refreshes_ - it->second.stamp <= kExpire) {
+      ++it;
+      continue;
+    }
+    seconds_.erase(it->first);
+    sample_bytes_.erase(it->first);
+    it = measured_.erase(it);
+  }
+  dirty_.clear();
+  pending_.clear();
   since_ = 0;
   predicted_since_ = 0;
 }
 
-void Tuner::maybe_refresh(Comm& c, const Shape&, const std::vector<CodecCandidate>* candidates) {
+void Tuner::maybe_refresh(Comm& c, const std::vector<CodecCandidate>* candidates) {
   bool missing = false;  // a codec the agreed table lacks (the options changed): measure it now
   for (size_t i = 0; candidates && i < candidates->size(); ++i)
     missing = missing || ((*candidates)[i].spec.kind != codec::Kind::None && !codecs_.count((*candidates)[i].name));
@@ -119,87 +176,35 @@ void Tuner::maybe_refresh(Comm& c, const Shape&, const std::vector<CodecCandidat
     return agree(c, candidates);
   }
   const double cost = cost::dense_allreduce(AllreduceAlgo::Star, 64, c.size(), link_).total;
-  if (missing || since_ >= kMaxCalls || (since_ >= kMinCalls && predicted_since_ >= kCostRatio * cost))
+  // A way just tried for the first time at its size is agreed at once: its measurement decides.
+  if (missing || since_ >= kMaxCalls || (!pending_.empty() && since_ >= 1) ||
+      (since_ >= kMinCalls && predicted_since_ >= kCostRatio * cost))
     agree(c, candidates);
-}
-
-cost::CodecSpeed Tuner::scaled(const std::string& name) const {
-  cost::CodecSpeed s = codecs_.at(name);
-  s.encode *= codec_scale_agreed_;
-  s.decode *= codec_scale_agreed_;
-  s.feedback *= codec_scale_agreed_;
-  return s;
-}
-
-Tuner::Plan Tuner::dense(Comm& c, const Shape& s) {
-  maybe_refresh(c, s, nullptr);
-  Plan p;
-  std::map<std::string, double> predicted;
-  if (s.reduce_scatter) {
-    p.est = cost::dense_reduce_scatter(s.bytes, s.n, link_);
-  } else {
-    bool first = true;
-    for (AllreduceAlgo a : cost::dense_candidates()) {
-      const cost::Estimate e = cost::dense_allreduce(a, s.bytes, s.n, link_);
-      predicted[algorithm_name(a)] = e.total;
-      if (first || e.total < p.est.total) p.dense = a, p.est = e, first = false;
-    }
-  }
-  chose(p, algorithm_name(p.dense), last_.algorithm_choices, s.bytes, std::move(predicted));
-  return p;
-}
-
-Tuner::Plan Tuner::codec(Comm& c, const Shape& s, const std::vector<CodecCandidate>& candidates,
-                         CompressedAlgo requested, AllreduceAlgo dense_requested, bool feedback) {
-  maybe_refresh(c, s, &candidates);
-  std::vector<codec::Spec> specs;
-  std::vector<cost::CodecSpeed> speeds;
-  for (const CodecCandidate& cand : candidates) {
-    specs.push_back(cand.spec);
-    speeds.push_back(cand.spec.kind == codec::Kind::None ? cost::CodecSpeed{} : scaled(cand.name));
-  }
-  const cost::Problem prob{s.bytes, s.n, s.reduce_scatter, feedback, requested, dense_requested};
-  const cost::Choice ch = cost::choose_codec(specs, speeds, prob, link_);
-  Plan p;
-  p.dense = ch.dense;
-  p.codec = ch.index;
-  p.algo = ch.algo;
-  p.est = ch.est;
-  const CodecCandidate& chosen = candidates[ch.index];
-  if (chosen.spec.kind != codec::Kind::None)  // what the micro-benchmarks alone predict: observe() scales it
-    p.codec_raw = cost::predict(chosen.spec, ch.algo, ch.dense, prob, link_, codecs_.at(chosen.name)).compute;
-  std::map<std::string, double> predicted;
-  for (size_t i = 0; i < candidates.size(); ++i) predicted[candidates[i].name] = ch.predicted[i];
-  chose(p, chosen.name, last_.codec_choices, s.bytes, std::move(predicted));
-  return p;
-}
-
-void Tuner::chose(const Plan& p, const std::string& choice, std::map<std::string, uint64_t>& counts, size_t bytes,
-                  std::map<std::string, double> predicted) {
-  ++since_;
-  predicted_since_ += p.est.total;
-  std::lock_guard<std::mutex> lock(mu_);
-  ++calls_;
-  ++counts[choice];
-  last_.last_bytes = bytes;
-  last_.last_choice = choice;
-  last_.last_predicted = std::move(predicted);
 }
 
 void Tuner::observe(const Plan& p, double seconds, double codec_seconds) {
   const cost::Estimate& e = p.est;
-  if (injected() || e.total <= 0) return;
+  if (e.total <= 0) return;
   if (p.codec_raw > 0 && codec_seconds > 0) push(codec_scale_, codec_seconds / p.codec_raw);
   const double C = p.codec_raw > 0 ? codec_seconds : e.compute, R = seconds - e.latency, keep = 1 - e.overlap;
   if (e.wire_bytes > 0 && e.wire >= 0.25 * e.total) {  // the link's rate shows in this call
     double W = R - keep * C;              // wire-bound: the codec's unhidden part adds to the wire
     if (W < C) W = keep > 0.05 ? (R - C) / keep : 0;  // codec-bound: the wire's unhidden part adds
-    push(inv_bw_, W / e.wire_bytes);
+    if (e.host_bound)
+      push(inv_host_, W / e.host_bytes);
+    else
+      push(inv_bw_, W / e.wire_bytes);
   }
   if (e.messages > 0 && e.latency >= 0.4 * e.total) {  // so does the per-message cost
     const double W = e.wire, rest = std::max(W, C) + keep * std::min(W, C);
     push(alpha_, (seconds - rest) / e.messages);
   }
+  if (p.key.empty()) return;
+  std::deque<double>& w = seconds_[p.key];
+  w.push_back(seconds);
+  if (w.size() > kTimes) w.pop_front();
+  sample_bytes_[p.key] = p.bytes;
+  dirty_.insert(p.key);
 }
 
 void Tuner::inject(std::optional<std::pair<double, double>> link) {
@@ -220,6 +225,7 @@ Tuner::Summary Tuner::summary() const {
   s.link = link_;
   s.codec_scale = codec_scale_agreed_;
   s.codecs = codecs_;
+  s.explorations = explorations_;
   return s;
 }
 

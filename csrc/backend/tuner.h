@@ -1,21 +1,31 @@
 #pragma once
 // Per group: the measured parameters of the cost model (collective/cost.h), agreed across
-// ranks, and the choices algorithm="auto" and codec="auto" make from them.
+// ranks, and the choices algorithm="auto" and codec="auto" make from them (docs/algorithms.md,
+// "Choosing: the cost model").
 //
 // Why the ranks cannot diverge. Every rank measures on its own -- a probe at the first call
-// that asks, then the time of its real calls -- but decides only from the *agreed* parameters:
-// rank 0 gathers every rank's estimates, averages them in rank order and sends that vector
-// back, so all ranks hold the same bits. The exchange runs inside the call that asks, on the
-// group's worker, which runs the group's calls one at a time in the same order on every rank;
-// whether a call refreshes is decided from the number of asking calls since the last refresh
-// and their predicted times, both functions of agreed values and of the calls' sizes, which
-// the mismatch check compares. So every rank refreshes at the same call, before that call's
-// choice, and a choice is a pure function of (agreed parameters, call size, n, options).
+// that asks, then the time of its real calls -- but decides only from *agreed* values: rank 0
+// gathers every rank's estimates, averages them in rank order and sends that vector back, so
+// all ranks hold the same bits. The exchange runs inside the call that asks, on the group's
+// worker, which runs the group's calls one at a time in the same order on every rank; whether a
+// call refreshes depends only on agreed values, on the calls' sizes (which the mismatch check
+// compares) and on earlier choices (themselves such functions). So every rank refreshes at the
+// same call, before that call's choice, and a choice is a pure function of (agreed values, call
+// size, n, options): the same on every rank.
+//
+// Calibration. The model prices every way to run a call; where a way ran recently at about this
+// size (same factor-4 size class) at least twice, the agreed least of its last three measured
+// times, scaled within the class by the model, replaces the model's price (after one run, the
+// lower of the two). A way the model prices within 1.5x of the best that is not settled so is
+// tried (exploration), and measurements expire after 8 refreshes without a new sample, so a way
+// that got faster is found again.
 #include <chrono>
 #include <deque>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -32,15 +42,18 @@ struct CodecCandidate {
 
 class Tuner {
  public:
-  // A decision and what the model predicted for it (observe() compares).
+  // A decision and what was predicted for it (observe() compares).
   struct Plan {
-    AllreduceAlgo dense = AllreduceAlgo::Ring;      // exact calls
-    size_t codec = 0;                               // index into the candidates; 0 = exact
-    CompressedAlgo algo = CompressedAlgo::Sra;      // compressed calls
-    cost::Estimate est;
+    AllreduceAlgo dense = AllreduceAlgo::Ring;  // exact calls
+    size_t codec = 0;                           // index into the candidates; 0 = exact
+    CompressedAlgo algo = CompressedAlgo::Sra;  // compressed calls
+    cost::Estimate est;                         // the model's
+    double predicted = 0;                       // what the choice used (calibrated where measured)
     double codec_raw = 0;  // codec seconds predicted from the micro-benchmarks alone
+    std::string key;       // calibration key: size class and way
+    size_t bytes = 0;
   };
-  // The problem a call poses: `count` float32 elements (bytes for dense), over n ranks
+  // The problem a call poses: `bytes` of float32 (any dtype for dense) over n ranks
   // (node-aware: the inter-node step, one shard among the nodes).
   struct Shape {
     size_t bytes = 0;
@@ -50,50 +63,69 @@ class Tuner {
 
   // algorithm="auto" for an exact all-reduce (probes or refreshes first when due).
   Plan dense(Comm& c, const Shape& s);
-  // codec="auto": the candidate predicted fastest (exact = candidates[0]); `requested`: the
-  // compressed algorithm asked for (Auto: the model's), `dense_requested` likewise for exact.
+  // codec="auto": the candidate to run (exact = candidates[0]); `requested`: the compressed
+  // algorithm asked for (Auto: the model's), `dense_requested` likewise for exact calls.
   Plan codec(Comm& c, const Shape& s, const std::vector<CodecCandidate>& candidates, CompressedAlgo requested,
              AllreduceAlgo dense_requested, bool feedback);
   // A call ran as `p` planned and took `seconds` (the algorithm alone), `codec_seconds` of it
-  // in codec kernels: refines this rank's local estimates (not the agreed ones).
+  // in codec kernels: this rank's samples (agreed at the next refresh).
   void observe(const Plan& p, double seconds, double codec_seconds);
 
-  // Test hook: this rank's measurements read as these (alpha s/message, inv_bw s/byte) from
-  // now on; nullopt: measured again. The agreed values still come from every rank's.
+  // Test hook ("fake clock"): this rank's link measurements read as (alpha s/message, inv_bw
+  // s/byte) from now on, and while any rank has one, choices use the model alone (no measured
+  // times); nullopt: measured again.
   void inject(std::optional<std::pair<double, double>> link);
   // For stats()["auto"]: choices, agreed parameters, the last call's predictions.
   struct Summary {
-    uint64_t calls = 0, refreshes = 0;
+    uint64_t calls = 0, refreshes = 0, explorations = 0;
     std::map<std::string, uint64_t> codec_choices, algorithm_choices;
     cost::Link link;
     double codec_scale = 1;
     std::map<std::string, cost::CodecSpeed> codecs;
     size_t last_bytes = 0;
     std::string last_choice;
-    std::map<std::string, double> last_predicted;  // seconds, per candidate of the last call
+    std::map<std::string, double> last_predicted, last_model;  // seconds per candidate: used / model alone
   };
   Summary summary() const;
 
  private:
-  void maybe_refresh(Comm& c, const Shape& s, const std::vector<CodecCandidate>* candidates);
+  // The ways to run a call of one size class: names, the model's estimates, and the model at
+  // another size (to scale a measurement within the class).
+  struct Ways {
+    std::vector<std::string> names;
+    std::vector<cost::Estimate> est;
+    std::function<double(size_t way, size_t bytes)> model_at;
+  };
+  size_t choose(const Shape& s, const Ways& w, std::vector<double>& used, std::string& key);
+  void maybe_refresh(Comm& c, const std::vector<CodecCandidate>* candidates);
   void probe(Comm& c);
   void agree(Comm& c, const std::vector<CodecCandidate>* candidates);
   cost::CodecSpeed scaled(const std::string& name) const;
   std::optional<std::pair<double, double>> injected() const;
-  void chose(const Plan& p, const std::string& choice, std::map<std::string, uint64_t>& counts, size_t bytes,
-             std::map<std::string, double> predicted);
+  void chose(const Plan& p, const std::string& choice, bool dense, std::map<std::string, double> used,
+             std::map<std::string, double> model);
 
   mutable std::mutex mu_;  // stats() reads from other threads; calls come one at a time
-  bool probed_ = false;
-  uint64_t calls_ = 0, refreshes_ = 0, since_ = 0;
+  bool probed_ = false, calibrate_ = true;
+  uint64_t calls_ = 0, refreshes_ = 0, since_ = 0, explorations_ = 0;
   double predicted_since_ = 0;
   // Local (this rank's) samples, the last few of each: their median is what this rank offers.
-  std::deque<double> alpha_, inv_bw_, codec_scale_;
-  std::optional<std::pair<double, double>> injected_;  // guarded by mu_ (set from Python)
+  std::deque<double> alpha_, inv_bw_, inv_host_, codec_scale_;
+  std::map<std::string, std::deque<double>> seconds_;  // per calibration key
+  std::map<std::string, size_t> sample_bytes_;          // the size of a key's last sample
+  std::set<std::string> dirty_, pending_;               // keys sampled / explored since the last refresh
+  std::optional<std::pair<double, double>> injected_;   // guarded by mu_ (set from Python)
   // Agreed: the same on every rank.
+  struct Measured {
+    double seconds = 0;
+    size_t bytes = 0;
+    uint64_t stamp = 0;  // the refresh that last saw a new sample
+    size_t count = 0;    // samples behind it: one may be an outlier, so it settles nothing
+  };
   cost::Link link_;
   double codec_scale_agreed_ = 1;
   std::map<std::string, cost::CodecSpeed> codecs_;
+  std::map<std::string, Measured> measured_;
   Summary last_;
 };
 
@@ -109,8 +141,8 @@ void run_observed(Tuner* tuner, const Tuner::Plan& p, Comm& c, F f) {
                    c.codec_seconds - codec0);
 }
 
-// This process's speed of the host kernels (measured once per codec on ~1 MiB, then cached):
-// the element-wise reduction (seconds per byte) and each codec's passes.
+// This process's speed of the host kernels (measured once per codec, then cached): the
+// element-wise reduction (seconds per byte) and each codec's passes.
 double host_reduce_speed();
 cost::CodecSpeed host_codec_speed(const codec::Spec& s);
 

@@ -52,28 +52,32 @@ Estimate predict(const codec::Spec& s, CompressedAlgo a, AllreduceAlgo dense, co
                           : compressed_allreduce(a, s, count, p.n, l, cs, p.feedback);
 }
 
-Choice choose_codec(const std::vector<codec::Spec>& candidates, const std::vector<CodecSpeed>& speeds,
-                    const Problem& p, const Link& l) {
-  constexpr double kMargin = 0.98;
-  Choice best;
-  best.dense = p.dense != AllreduceAlgo::Auto ? p.dense : best_dense(p.bytes, p.n, l);
-  best.predicted.assign(candidates.size(), 0);
-  bool have = false;
+std::vector<Option> codec_options(const std::vector<codec::Spec>& candidates, const std::vector<CodecSpeed>& speeds,
+                                  const Problem& p, const Link& l) {
+  std::vector<Option> out;
   for (size_t i = 0; i < candidates.size(); ++i) {
     const codec::Spec& s = candidates[i];
-    std::vector<CompressedAlgo> algos = {choose_compressed(s, p.algo)};
-    if (s.kind != codec::Kind::None && p.algo == CompressedAlgo::Auto && algos[0] == CompressedAlgo::Sra &&
-        !p.reduce_scatter)
-      algos.push_back(CompressedAlgo::Ring);  // SRA's error does not grow with n: ring must win clearly
-    for (size_t j = 0; j < algos.size(); ++j) {
-      const Estimate e = predict(s, algos[j], best.dense, p, l, speeds.at(i));
-      best.predicted[i] = j == 0 ? e.total : std::min(best.predicted[i], e.total);
-      if (!have || e.total < kMargin * best.est.total) {
-        best.index = i, best.algo = algos[j], best.est = e;
-        have = true;
-      }
+    if (s.kind == codec::Kind::None) {
+      std::vector<AllreduceAlgo> dense = {p.dense};
+      if (p.reduce_scatter) dense = {AllreduceAlgo::Ring};  // the exact reduce-scatter is the ring's
+      else if (p.dense == AllreduceAlgo::Auto) dense = dense_candidates();
+      for (AllreduceAlgo d : dense) out.push_back({i, CompressedAlgo::Sra, d, predict(s, CompressedAlgo::Sra, d, p, l, {})});
+      continue;
     }
+    std::vector<CompressedAlgo> algos = {choose_compressed(s, p.algo)};
+    if (p.algo == CompressedAlgo::Auto && algos[0] == CompressedAlgo::Sra && !p.reduce_scatter)
+      algos.push_back(CompressedAlgo::Ring);  // SRA's error does not grow with n: it goes first
+    for (CompressedAlgo a : algos)
+      out.push_back({i, a, AllreduceAlgo::Ring, predict(s, a, AllreduceAlgo::Ring, p, l, speeds.at(i))});
   }
+  return out;
+}
+
+size_t pick(const std::vector<double>& totals) {
+  constexpr double kMargin = 0.98;
+  size_t best = 0;
+  for (size_t i = 1; i < totals.size(); ++i)
+    if (totals[i] < kMargin * totals[best]) best = i;
   return best;
 }
 

@@ -25,13 +25,17 @@ double ceil_div(double a, double b) { return std::ceil(a / b); }
 
 }  // namespace
 
-Estimate combine(double messages, double wire_bytes, double compute, double overlap, const Link& l) {
+Estimate combine(double messages, double wire_bytes, double compute, double overlap, const Link& l,
+                 double host_bytes) {
   Estimate e;
   e.messages = messages;
   e.wire_bytes = wire_bytes;
+  e.host_bytes = host_bytes < 0 ? wire_bytes : host_bytes;
   e.overlap = overlap;
   e.latency = messages * l.alpha;
   e.wire = wire_bytes * l.inv_bw;
+  e.host_bound = e.host_bytes * l.inv_host > e.wire;
+  if (e.host_bound) e.wire = e.host_bytes * l.inv_host;
   e.compute = compute;
   e.total = e.latency + std::max(e.wire, compute) + (1.0 - overlap) * std::min(e.wire, compute);
   return e;
@@ -44,14 +48,16 @@ Estimate dense_allreduce(AllreduceAlgo a, size_t bytes, int n, const Link& l) {
   const double fold = n != p ? 1.0 : 0.0;
   switch (a) {
     case AllreduceAlgo::Star:  // the root receives n-1 buffers, reduces, sends n-1
-      return combine(latency_units(2, 2.0 * (n - 1) / n), 2.0 * (n - 1) * S, (n - 1) * S * l.reduce, 0, l);
+      return combine(latency_units(2, 2.0 * (n - 1) / n), 2.0 * (n - 1) * S, (n - 1) * S * l.reduce, 0, l,
+                     2.0 * (n - 1) / n * S);
     case AllreduceAlgo::Direct:  // one round, every rank sends its buffer to every other
       return combine(latency_units(1, n - 1), (n - 1) * S, (n - 1) * S * l.reduce, 0, l);
-    case AllreduceAlgo::RecursiveDoubling:
-      return combine(latency_units(K + 2 * fold, K + 2 * fold), (K + 2 * fold) * S, (K + fold) * S * l.reduce, 0, l);
+    case AllreduceAlgo::RecursiveDoubling:  // the n - p folded ranks send twice, their partners once more
+      return combine(latency_units(K + 2 * fold, K + 2 * fold), (K + 2 * fold) * S, (K + fold) * S * l.reduce, 0, l,
+                     (K + 2.0 * (n - p) / n) * S);
     case AllreduceAlgo::HalvingDoubling:
       return combine(latency_units(2 * K + 2 * fold, 2 * K + 2 * fold), 2.0 * (p - 1) / p * S + 2 * fold * S,
-                     ((p - 1.0) / p + fold) * S * l.reduce, 0, l);
+                     ((p - 1.0) / p + fold) * S * l.reduce, 0, l, (2.0 * (p - 1) + 2.0 * (n - p)) / n * S);
     case AllreduceAlgo::Tree: {  // collective/dense/tree.cc: segments of S/8 clamped to 256 KiB..1 MiB
       const int D = floor_log2(n);
       const double seg = std::clamp(S / 8, 256.0 * 1024, 1024.0 * 1024), k = std::max(1.0, ceil_div(S, seg));
@@ -59,7 +65,7 @@ Estimate dense_allreduce(AllreduceAlgo a, size_t bytes, int n, const Link& l) {
       // Per step an inner node sends a segment up and one to each child and reduces two.
       const double fan = n >= 5 ? 3 : (n >= 3 ? 2 : 1);
       return combine(latency_units(steps, 2.0 * (n - 1) * k / n), steps * fan * s,
-                     steps * std::min(2.0, fan) * s * l.reduce, 0, l);
+                     steps * std::min(2.0, fan) * s * l.reduce, 0, l, 2.0 * (n - 1) / n * S);
     }
     default: {  // ring: 2(n-1) steps of one part, in segments (collective/dense/ring.cc)
       const double part = ceil_div(S, n);
@@ -115,7 +121,7 @@ Estimate sparse(const codec::Spec& s, size_t count, int n, const Link& l, const 
   const double pass = feedback ? cs.feedback : cs.encode;
   if (s.kind == codec::Kind::RandomK) {
     Estimate e = dense_allreduce(best_dense(static_cast<size_t>(4 * (k + 1)), n, l), static_cast<size_t>(4 * (k + 1)), n, l);
-    return combine(e.messages, e.wire_bytes, e.compute + S * (pass + cs.decode), 0, l);
+    return combine(e.messages, e.wire_bytes, e.compute + S * (pass + cs.decode), 0, l, e.host_bytes);
   }
   const double blocks = std::max(1.0, std::min(ceil_div(count, 1 << 20), 4096.0));
   const double payload = static_cast<double>(codec::encoded_bytes(s, static_cast<int64_t>(count)));

@@ -13,11 +13,15 @@
 
 namespace ringzip::cost {
 
-// The group's links, as one rank sees them.
+// The group's links, as one rank sees them. Bytes are limited twice: by each rank's own link
+// (the busiest rank's bytes at inv_bw) and, where ranks share a host, by the host's copies
+// through its transport (every rank's bytes, averaged over the ranks, at inv_host): on 2 cores
+// running 4 ranks over loopback the star's root is no bottleneck, the cores are.
 struct Link {
   double alpha = 50e-6;        // seconds per message on the critical path (latency, wake-ups)
   double inv_bw = 1.0 / 1e9;   // seconds per byte through one rank's link (each direction)
   double reduce = 1.0 / 4e9;   // seconds per byte of an element-wise float32 reduction (acc += x)
+  double inv_host = 0;         // seconds per byte of the ranks' average traffic (shared host)
 };
 
 // One codec on this host, in seconds per byte of float32 input of each pass.
@@ -30,13 +34,16 @@ struct CodecSpeed {
 // A prediction: total = latency + max(wire, compute) + (1 - overlap) * min(wire, compute).
 // messages and wire_bytes are the coefficients of alpha and inv_bw (what a measurement of the
 // call's time tells about them, backend/tuner.cc).
+// wire = max(wire_bytes * inv_bw, host_bytes * inv_host); host_bound says which.
 struct Estimate {
   double total = 0, latency = 0, wire = 0, compute = 0;
-  double messages = 0, wire_bytes = 0, overlap = 0;
+  double messages = 0, wire_bytes = 0, host_bytes = 0, overlap = 0;
+  bool host_bound = false;
 };
 
-// The sum of the parts as above.
-Estimate combine(double messages, double wire_bytes, double compute, double overlap, const Link& l);
+// The sum of the parts as above; host_bytes < 0: every rank sends as much as the busiest.
+Estimate combine(double messages, double wire_bytes, double compute, double overlap, const Link& l,
+                 double host_bytes = -1);
 
 // Exact all-reduce of `bytes` over n ranks with algorithm a (not Auto).
 Estimate dense_allreduce(AllreduceAlgo a, size_t bytes, int n, const Link& l);
@@ -69,18 +76,23 @@ struct Problem {
 // The prediction for codec s (kind None: exact, with `dense`) and compressed algorithm a.
 Estimate predict(const codec::Spec& s, CompressedAlgo a, AllreduceAlgo dense, const Problem& p, const Link& l,
                  const CodecSpeed& cs);
-struct Choice {
-  size_t index = 0;  // into the candidates
-  CompressedAlgo algo = CompressedAlgo::Sra;
-  AllreduceAlgo dense = AllreduceAlgo::Ring;  // what an exact call runs
+// One way to run a call: a candidate codec (index into the candidates) with an algorithm.
+struct Option {
+  size_t candidate = 0;
+  CompressedAlgo algo = CompressedAlgo::Sra;    // compressed candidates
+  AllreduceAlgo dense = AllreduceAlgo::Ring;    // the exact candidate
   Estimate est;
-  std::vector<double> predicted;  // per candidate, its best algorithm's total
 };
-// codec="auto" (collective/choose.cc): the candidate (least lossy first, speeds[i] its codec's)
-// predicted fastest; a lossier one, or the compressed ring instead of SRA, must be predicted 2 %
-// faster than the best before it, so noise in the estimates trades no accuracy for nothing.
-Choice choose_codec(const std::vector<codec::Spec>& candidates, const std::vector<CodecSpeed>& speeds,
-                    const Problem& p, const Link& l);
+// codec="auto" (collective/choose.cc): every candidate (least lossy first, speeds[i] its
+// codec's) with every algorithm it may run: the exact one with each dense algorithm (p.dense
+// Auto) or the one asked for, a compressed one with SRA and, when the algorithm is auto, the
+// compressed ring.
+std::vector<Option> codec_options(const std::vector<codec::Spec>& candidates, const std::vector<CodecSpeed>& speeds,
+                                  const Problem& p, const Link& l);
+// The index of the fastest of `totals` (ordered least lossy first): a later one must be
+// predicted 2 % faster than the best before it, so noise in the estimates trades no accuracy
+// for nothing.
+size_t pick(const std::vector<double>& totals);
 
 // Lossiness order of codec="auto:<codec>" (none < bf16 = fp16 < q8 < q4 < q2 < q1; top-k and
 // random-k are their own family); -1 for a codec that has no place in it.

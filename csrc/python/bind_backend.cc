@@ -41,10 +41,12 @@ py::dict auto_state(const Tuner::Summary& s) {
   py::dict d, params, codecs, last;
   d["calls"] = s.calls;
   d["refreshes"] = s.refreshes;
+  d["explorations"] = s.explorations;
   d["codec_choices"] = s.codec_choices;
   d["algorithm_choices"] = s.algorithm_choices;
   params["alpha_s"] = s.link.alpha;
   params["link_gbit"] = s.link.inv_bw > 0 ? 8e-9 / s.link.inv_bw : 0.0;
+  params["host_gbit"] = s.link.inv_host > 0 ? 8e-9 / s.link.inv_host : 0.0;  // per rank, the host's copies
   params["reduce_gbyte_s"] = s.link.reduce > 0 ? 1e-9 / s.link.reduce : 0.0;
   params["codec_scale"] = s.codec_scale;
   for (const auto& [name, c] : s.codecs) {
@@ -58,7 +60,8 @@ py::dict auto_state(const Tuner::Summary& s) {
   d["params"] = params;
   last["bytes"] = s.last_bytes;
   last["choice"] = s.last_choice;
-  last["predicted_s"] = s.last_predicted;
+  last["predicted_s"] = s.last_predicted;  // what the choice used: measured where it could
+  last["model_s"] = s.last_model;          // the model alone
   d["last"] = last;
   return d;
 }

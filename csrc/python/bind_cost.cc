@@ -24,6 +24,8 @@ py::dict as_dict(const cost::Estimate& e) {
   d["compute"] = e.compute;
   d["messages"] = e.messages;
   d["wire_bytes"] = e.wire_bytes;
+  d["host_bytes"] = e.host_bytes;
+  d["host_bound"] = e.host_bound;
   d["overlap"] = e.overlap;
   return d;
 }
@@ -48,16 +50,18 @@ CompressionConfig parsed(const std::string& setting, int64_t bucket) {
 void bind_cost(py::module_& m) {
   auto c = m.def_submodule("cost", "the cost model behind algorithm='auto' and codec='auto'");
   c.def("predict_dense",
-        [](const std::string& algorithm, size_t bytes, int n, double alpha, double inv_bw, double reduce) {
-          return as_dict(cost::dense_allreduce(parse_algorithm(algorithm), bytes, n, {alpha, inv_bw, reduce}));
+        [](const std::string& algorithm, size_t bytes, int n, double alpha, double inv_bw, double reduce,
+           double inv_host) {
+          return as_dict(cost::dense_allreduce(parse_algorithm(algorithm), bytes, n, {alpha, inv_bw, reduce, inv_host}));
         },
         py::arg("algorithm"), py::arg("bytes"), py::arg("n"), py::arg("alpha"), py::arg("inv_bw"),
-        py::arg("reduce") = cost::Link{}.reduce);
+        py::arg("reduce") = cost::Link{}.reduce, py::arg("inv_host") = 0.0);
   c.def("best_dense",
-        [](size_t bytes, int n, double alpha, double inv_bw, double reduce) {
-          return std::string(algorithm_name(cost::best_dense(bytes, n, {alpha, inv_bw, reduce})));
+        [](size_t bytes, int n, double alpha, double inv_bw, double reduce, double inv_host) {
+          return std::string(algorithm_name(cost::best_dense(bytes, n, {alpha, inv_bw, reduce, inv_host})));
         },
-        py::arg("bytes"), py::arg("n"), py::arg("alpha"), py::arg("inv_bw"), py::arg("reduce") = cost::Link{}.reduce);
+        py::arg("bytes"), py::arg("n"), py::arg("alpha"), py::arg("inv_bw"), py::arg("reduce") = cost::Link{}.reduce,
+        py::arg("inv_host") = 0.0);
   c.def("predict",
         [](const std::string& codec, const std::string& algorithm, size_t bytes, int n, double alpha, double inv_bw,
            double reduce, const Speeds& speed, bool feedback, bool reduce_scatter, int64_t bucket) {
@@ -92,11 +96,17 @@ void bind_cost(py::module_& m) {
                          : cand.spec.kind == codec::Kind::None ? cost::CodecSpeed{} : host_codec_speed(cand.spec));
           }
           const cost::Problem p{bytes, n, reduce_scatter, feedback, CompressedAlgo::Auto, AllreduceAlgo::Auto};
-          const cost::Choice ch = cost::choose_codec(specs, cs, p, {alpha, inv_bw, reduce});
+          const std::vector<cost::Option> opts = cost::codec_options(specs, cs, p, {alpha, inv_bw, reduce});
+          std::vector<double> totals;
           std::map<std::string, double> predicted;
-          for (size_t i = 0; i < specs.size(); ++i) predicted[cc.candidates[i].name] = ch.predicted[i];
-          return std::make_tuple(cc.candidates.at(ch.index).name, std::string(compressed_algo_name(ch.algo)),
-                                 std::string(algorithm_name(ch.dense)), predicted);
+          for (const cost::Option& o : opts) {
+            totals.push_back(o.est.total);
+            const std::string& name = cc.candidates[o.candidate].name;
+            if (!predicted.count(name) || o.est.total < predicted[name]) predicted[name] = o.est.total;
+          }
+          const cost::Option& best = opts.at(cost::pick(totals));
+          return std::make_tuple(cc.candidates.at(best.candidate).name, std::string(compressed_algo_name(best.algo)),
+                                 std::string(algorithm_name(best.dense)), predicted);
         },
         py::arg("codec"), py::arg("bytes"), py::arg("n"), py::arg("alpha"), py::arg("inv_bw"), py::arg("reduce"),
         py::arg("speeds") = std::map<std::string, Speeds>{}, py::arg("feedback") = false,

@@ -68,6 +68,19 @@ def auto_checks(ctx):
                 raise AssertionError(f"{bad!r} was accepted")
         assert ringzip.get_options().codec == "auto" and backend_of().settings()["codec"] == "auto"
 
+    real = dist.new_group(pg_options=ringzip.Options(codec="auto", min_numel=0))
+    with chk.case("ranks_agree_from_real_measurements"):
+        seen = []  # measured (not injected): probe, calibration, exploration
+        for k in range(30):
+            count = (1 << 10, 1 << 16, 1 << 19)[k % 3]
+            x = torch.randn(count, generator=torch.Generator().manual_seed(k * 7 + rank))
+            dist.all_reduce(x, group=real)
+            seen.append(ringzip.stats(real)["auto"]["last"]["choice"])
+            if k % 5 == 0:
+                _same_everywhere(_bits(x[:1024]), f"call {k}'s result")
+        _same_everywhere(seen, "the choices")
+        _same_everywhere(ringzip.stats(real)["auto"]["params"], "the agreed parameters")
+
     g = dist.new_group(pg_options=ringzip.Options(codec="auto", min_numel=0))
     with chk.case("ranks_agree_from_different_measurements"):
         backend_of(g)._tuner_inject((1e-4 * (rank + 1), GBIT * (0.3 + rank)))  # each rank its own
@@ -160,4 +173,4 @@ def auto_checks(ctx):
 def test_auto_in_process_groups():
     res = mp.run(auto_checks, 3, timeout=240)
     mp.raise_on_failures(mp.merge(res), "codec/algorithm auto")
-    assert len(set().union(*(r["passed"] for r in res))) == 8, [sorted(r["passed"]) for r in res]
+    assert len(set().union(*(r["passed"] for r in res))) == 9, [sorted(r["passed"]) for r in res]

@@ -40,6 +40,18 @@ def test_total_combines_terms_with_overlap():
     assert 0 < e["overlap"] < 1  # segments stream: reduction overlaps the transfer
 
 
+def test_shared_host_limits_the_average_rank_not_the_busiest():
+    """Ranks sharing a host share its copies: there the star's root is no bottleneck (its
+    traffic averaged over the ranks is the ring's); on separate links it is (6 buffers vs 1.5)."""
+    S, n = 16 * MIB, 4
+    link = C.predict_dense("star", S, n, 0.0, GBIT, 0.0)
+    host = C.predict_dense("star", S, n, 0.0, GBIT / 100, 0.0, inv_host=GBIT)
+    ring = C.predict_dense("ring", S, n, 0.0, GBIT / 100, 0.0, inv_host=GBIT)
+    assert not link["host_bound"] and link["wire"] == pytest.approx(6 * S * GBIT)
+    assert host["host_bound"] and host["wire"] == pytest.approx(1.5 * S * GBIT) == pytest.approx(ring["wire"])
+    assert C.best_dense(S, n, 0.0, GBIT) != "star"
+
+
 def test_best_dense_by_size_and_link():
     assert C.best_dense(8, 4, alpha=1e-4, inv_bw=GBIT) == "star"
     assert C.best_dense(64 * MIB, 4, alpha=1e-4, inv_bw=GBIT) in ("ring", "hd")

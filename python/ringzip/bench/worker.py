@@ -102,7 +102,8 @@ def _auto_delta(before, after) -> dict | None:
     """What the cost model chose during the timed iterations, and what it predicted last."""
     if not after:
         return None
-    out = {"predicted_s": after["last"]["predicted_s"], "params": after["params"]}
+    out = {"predicted_s": after["last"]["predicted_s"], "model_s": after["last"].get("model_s", {}),
+           "params": after["params"], "explorations": after.get("explorations", 0) - (before or {}).get("explorations", 0)}
     for key in ("codec_choices", "algorithm_choices"):
         b = (before or {}).get(key, {})
         out[key] = {k: v - b.get(k, 0) for k, v in after[key].items() if v - b.get(k, 0) > 0}
@@ -191,6 +192,7 @@ def run_row(spec, item, case: OpCase, group, group_err, rank):
                 res["stats"] = tuple(a - b for a, b in zip(after, before))
         except Exception:  # noqa: BLE001
             pass
+    if ringzip_mod is not None and res["err"] is None:
         res["auto"] = _auto_delta(auto_before, _auto_state(ringzip_mod, group))
     if res["err"] is None and res["iters"] > 0:
         try:
@@ -251,6 +253,8 @@ def combine(spec, item, case: OpCase, results: list[dict], n: int) -> dict:
         row["auto_algorithms"] = auto["algorithm_choices"] or None
         row["auto_choice"] = _choice_label(auto["codec_choices"] or auto["algorithm_choices"])
         row["predicted_us"] = {k: v * 1e6 for k, v in auto["predicted_s"].items()}
+        row["model_us"] = {k: v * 1e6 for k, v in auto["model_s"].items()}
+        row["auto_explorations"] = auto["explorations"]
         row["model_params"] = auto["params"]
     if ratio:
         row["wire_busbw_gbps"] = row["busbw_gbps"] / ratio

@@ -1,0 +1,148 @@
+// The tuner's choices (tuner.h): the model's price of every way to run a call, replaced by the
+// agreed measurement where a way ran recently at about this size, and the exploration of
+// plausible ways not measured yet.
+#include <algorithm>
+#include <cmath>
+
+#include "backend/tuner.h"
+
+namespace ringzip {
+
+const char* algorithm_name(AllreduceAlgo a);  // backend.cc
+
+namespace {
+
+// A way never measured at a call's size is tried once when the model prices it within this
+// factor of the best: the model's errors are its own (overlap, cores shared by ranks) and only a
+// measurement settles them; beyond, the model is trusted.
+constexpr double kExplore = 1.5;
+
+// Sizes within a factor of 4 share their measurements (scaled by the model within the class).
+int size_class(size_t bytes) { return bytes < 2 ? 0 : static_cast<int>(std::log2(static_cast<double>(bytes))) / 2; }
+
+}  // namespace
+
+cost::CodecSpeed Tuner::scaled(const std::string& name) const {
+  cost::CodecSpeed s = codecs_.at(name);
+  s.encode *= codec_scale_agreed_;
+  s.decode *= codec_scale_agreed_;
+  s.feedback *= codec_scale_agreed_;
+  return s;
+}
+
+size_t Tuner::choose(const Shape& s, const Ways& w, std::vector<double>& used, std::string& key) {
+  const std::string prefix =
+      std::to_string(s.n) + (s.reduce_scatter ? "rs" : "ar") + std::to_string(size_class(s.bytes)) + ":";
+  const bool calibrated = calibrate_ && s.n > 1;
+  used.assign(w.names.size(), 0);
+  std::vector<bool> fresh(w.names.size(), false);
+  for (size_t i = 0; i < w.names.size(); ++i) {
+    used[i] = w.est[i].total;
+    auto it = calibrated ? measured_.find(prefix + w.names[i]) : measured_.end();
+    if (it == measured_.end()) continue;
+    const double at = w.model_at(i, it->second.bytes);
+    const double measured = it->second.seconds * (at > 0 ? w.est[i].total / at : 1.0);
+    fresh[i] = it->second.count >= 2;
+    used[i] = fresh[i] ? measured : std::min(measured, used[i]);
+  }
+  size_t best = cost::pick(used);
+  if (calibrated && fresh[best]) {
+    for (size_t i = 0; i < w.names.size(); ++i) {
+      if (fresh[i] || pending_.count(prefix + w.names[i]) || used[i] > kExplore * used[best]) continue;
+      best = i;
+      std::lock_guard<std::mutex> lock(mu_);
+      ++explorations_;
+      break;
+    }
+  }
+  key = prefix + w.names[best];
+  if (calibrated && !fresh[best]) pending_.insert(key);
+  return best;
+}
+
+Tuner::Plan Tuner::dense(Comm& c, const Shape& s) {
+  maybe_refresh(c, nullptr);
+  const std::vector<AllreduceAlgo>& algos = cost::dense_candidates();
+  Ways w;
+  for (AllreduceAlgo a : algos) {
+    w.names.push_back(algorithm_name(a));
+    w.est.push_back(cost::dense_allreduce(a, s.bytes, s.n, link_));
+  }
+  w.model_at = [&](size_t i, size_t bytes) { return cost::dense_allreduce(algos[i], bytes, s.n, link_).total; };
+  Plan p;
+  std::vector<double> used;
+  const size_t i = choose(s, w, used, p.key);
+  p.dense = algos[i];
+  p.est = w.est[i];
+  p.predicted = used[i];
+  p.bytes = s.bytes;
+  std::map<std::string, double> by_used, by_model;
+  for (size_t j = 0; j < algos.size(); ++j) by_used[w.names[j]] = used[j], by_model[w.names[j]] = w.est[j].total;
+  chose(p, w.names[i], true, std::move(by_used), std::move(by_model));
+  return p;
+}
+
+Tuner::Plan Tuner::codec(Comm& c, const Shape& s, const std::vector<CodecCandidate>& candidates,
+                         CompressedAlgo requested, AllreduceAlgo dense_requested, bool feedback) {
+  maybe_refresh(c, &candidates);
+  std::vector<codec::Spec> specs;
+  std::vector<cost::CodecSpeed> speeds;
+  for (const CodecCandidate& cand : candidates) {
+    specs.push_back(cand.spec);
+    speeds.push_back(cand.spec.kind == codec::Kind::None ? cost::CodecSpeed{} : scaled(cand.name));
+  }
+  const cost::Problem prob{s.bytes, s.n, s.reduce_scatter, feedback, requested, dense_requested};
+  const std::vector<cost::Option> opts = cost::codec_options(specs, speeds, prob, link_);
+  Ways w;
+  for (const cost::Option& o : opts) {
+    const bool exact = specs[o.candidate].kind == codec::Kind::None;
+    w.names.push_back(candidates[o.candidate].name + "/" +
+                      (exact ? algorithm_name(o.dense) : compressed_algo_name(o.algo)));
+    w.est.push_back(o.est);
+  }
+  w.model_at = [&](size_t i, size_t bytes) {
+    cost::Problem q = prob;
+    q.bytes = bytes;
+    const cost::Option& o = opts[i];
+    return cost::predict(specs[o.candidate], o.algo, o.dense, q, link_, speeds[o.candidate]).total;
+  };
+  Plan p;
+  std::vector<double> used;
+  const size_t i = choose(s, w, used, p.key);
+  p.codec = opts[i].candidate;
+  p.algo = opts[i].algo;
+  p.dense = opts[i].dense;
+  p.est = opts[i].est;
+  p.predicted = used[i];
+  p.bytes = s.bytes;
+  const CodecCandidate& chosen = candidates[p.codec];
+  if (chosen.spec.kind != codec::Kind::None)  // what the micro-benchmarks alone predict: observe() scales it
+    p.codec_raw = cost::predict(chosen.spec, p.algo, p.dense, prob, link_, codecs_.at(chosen.name)).compute;
+  std::map<std::string, double> by_used, by_model;  // per candidate: its best way
+  for (size_t j = 0; j < opts.size(); ++j) {
+    const std::string& name = candidates[opts[j].candidate].name;
+    auto keep_min = [&](std::map<std::string, double>& m, double v) {
+      auto it = m.find(name);
+      if (it == m.end() || v < it->second) m[name] = v;
+    };
+    keep_min(by_used, used[j]);
+    keep_min(by_model, w.est[j].total);
+  }
+  chose(p, chosen.name, false, std::move(by_used), std::move(by_model));
+  return p;
+}
+
+void Tuner::chose(const Plan& p, const std::string& choice, bool dense, std::map<std::string, double> used,
+                  std::map<std::string, double> model) {
+  ++since_;
+  predicted_since_ += p.predicted;
+  std::lock_guard<std::mutex> lock(mu_);
+  ++calls_;
+  ++(dense ? last_.algorithm_choices : last_.codec_choices)[choice];
+  last_.last_bytes = p.bytes;
+  last_.last_choice = choice;
+  last_.last_predicted = std::move(used);
+  last_.last_model = std::move(model);
+}
+
+}  // namespace ringzip
