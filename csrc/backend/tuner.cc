@@ -16,7 +16,11 @@ double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock:
 // Tag steps of the probe and the agreement: above every algorithm's, below the fingerprint
 // exchange's (backend/fingerprint.cc); the tag key keeps mismatched calls apart as usual.
 constexpr uint32_t kProbeStep = 0xFFC0, kGatherStep = 0xFFE8, kResultStep = 0xFFE9;  // probe: 0xFFC0-0xFFDF
-constexpr size_t kWindow = 5;          // samples per estimate: the median of 5 shrugs off 2 outliers
+// Samples per estimate, and the estimate is their least: on a machine shared with other work a
+// call is only ever slowed down (measured: single 64 KiB calls from 1.1 to 42 ms at a load of
+// 17 on 2 cores), so the least of the last three is the undisturbed figure, for every way alike;
+// a lasting change (a slower link) shows after three calls.
+constexpr size_t kWindow = 3;
 constexpr size_t kProbeBytes = 1 << 20;
 // A refresh costs about one small star all-reduce: after at least kMinCalls calls, refresh once
 // the calls since the last one were predicted to take kCostRatio times that (so it costs ~2 %),
@@ -24,7 +28,7 @@ constexpr size_t kProbeBytes = 1 << 20;
 constexpr uint64_t kMinCalls = 4, kMaxCalls = 16;
 constexpr double kCostRatio = 50;
 constexpr uint64_t kExpire = 8;   // refreshes a measurement stays valid without a new sample
-constexpr size_t kTimes = 3;      // samples per calibration key (median of 3)
+constexpr size_t kTimes = 3;      // samples per calibration key (their least, as above)
 
 void push(std::deque<double>& w, double x) {
   if (!std::isfinite(x) || x <= 0) return;
@@ -32,11 +36,8 @@ void push(std::deque<double>& w, double x) {
   if (w.size() > kWindow) w.pop_front();
 }
 
-double median(std::deque<double> w, double fallback) {
-  if (w.empty()) return fallback;
-  std::sort(w.begin(), w.end());
-  const size_t m = w.size() / 2;
-  return w.size() % 2 ? w[m] : 0.5 * (w[m - 1] + w[m]);
+double least(const std::deque<double>& w, double fallback) {
+  return w.empty() ? fallback : *std::min_element(w.begin(), w.end());
 }
 
 // One ring step (send to the right, receive from the left) of `bytes`; this rank's seconds.
@@ -85,19 +86,19 @@ void Tuner::probe(Comm& c) {
   for (uint32_t i = 5; i <= 7; ++i) big.push_back(ring_step(c, out, in, kProbeBytes, kProbeStep + i));
   for (uint32_t i = 8; i <= 9; ++i) gather_small.push_back(gather_step(c, out, in, 8, kProbeStep + i));
   for (uint32_t i = 10; i <= 11; ++i) gather_big.push_back(gather_step(c, out, in, kProbeBytes, kProbeStep + i));
-  for (double t : small) push(alpha_, t);
+  push(alpha_, least(small, 0));
   // A ring round moves one buffer per rank, on every rank's link at once: what the host copies
   // per rank. A gather moves n-1 buffers through rank 0's link alone.
-  push(inv_host_, (median(big, 0) - median(small, 0)) / kProbeBytes);
-  push(inv_bw_, (median(gather_big, 0) - median(gather_small, 0)) / (static_cast<double>(n - 1) * kProbeBytes));
+  push(inv_host_, (least(big, 0) - least(small, 0)) / kProbeBytes);
+  push(inv_bw_, (least(gather_big, 0) - least(gather_small, 0)) / (static_cast<double>(n - 1) * kProbeBytes));
 }
 
 void Tuner::agree(Comm& c, const std::vector<CodecCandidate>* candidates) {
   std::vector<std::string> names;
   const auto inj = injected();
-  std::vector<double> v = {inj ? inj->first : median(alpha_, link_.alpha), inj ? inj->second : median(inv_bw_, link_.inv_bw),
-                           host_reduce_speed(), median(codec_scale_, 1.0), inj ? 1.0 : 0.0,
-                           inj ? 0.0 : median(inv_host_, link_.inv_host)};
+  std::vector<double> v = {inj ? inj->first : least(alpha_, link_.alpha), inj ? inj->second : least(inv_bw_, link_.inv_bw),
+                           host_reduce_speed(), least(codec_scale_, 1.0), inj ? 1.0 : 0.0,
+                           inj ? 0.0 : least(inv_host_, link_.inv_host)};
   constexpr size_t kFixed = 6;
   for (size_t i = 0; candidates && i < candidates->size(); ++i) {
     const CodecCandidate& cand = (*candidates)[i];
@@ -108,7 +109,7 @@ void Tuner::agree(Comm& c, const std::vector<CodecCandidate>* candidates) {
   }
   // Every rank ran the same calls, so every rank holds the same calibration keys, in map order.
   // A way's price is the least of its last times: a shared machine only ever adds to them.
-  for (const auto& [key, w] : seconds_) v.push_back(*std::min_element(w.begin(), w.end()));
+  for (const auto& [key, w] : seconds_) v.push_back(least(w, 0));
   const int n = c.size();
   if (n > 1) {  // star: rank 0 averages in rank order and sends its bits to all
     const size_t bytes = v.size() * sizeof(double);
@@ -148,7 +149,6 @@ void Tuner::agree(Comm& c, const std::vector<CodecCandidate>* candidates) {
     Measured& m = measured_[key];
     m.seconds = v[at++];
     m.bytes = sample_bytes_[key];
-    m.count = w.size();  // the same on every rank: every rank ran the same calls
     if (dirty_.count(key)) m.stamp = refreshes_;
   }
   for (auto it = measured_.begin(); it != measured_.end();) {  // stale: measure again when plausible
@@ -187,7 +187,7 @@ void Tuner::observe(const Plan& p, double seconds, double codec_seconds) {
   if (e.total <= 0) return;
   if (p.codec_raw > 0 && codec_seconds > 0) push(codec_scale_, codec_seconds / p.codec_raw);
   const double C = p.codec_raw > 0 ? codec_seconds : e.compute, R = seconds - e.latency, keep = 1 - e.overlap;
-  if (e.wire_bytes > 0 && e.wire >= 0.25 * e.total) {  // the link's rate shows in this call
+  if (p.teaches_link && e.wire_bytes > 0 && e.wire >= 0.25 * e.total) {  // the link's rate shows in this call
     double W = R - keep * C;              // wire-bound: the codec's unhidden part adds to the wire
     if (W < C) W = keep > 0.05 ? (R - C) / keep : 0;  // codec-bound: the wire's unhidden part adds
     if (e.host_bound)
@@ -195,7 +195,7 @@ void Tuner::observe(const Plan& p, double seconds, double codec_seconds) {
     else
       push(inv_bw_, W / e.wire_bytes);
   }
-  if (e.messages > 0 && e.latency >= 0.4 * e.total) {  // so does the per-message cost
+  if (p.teaches_link && e.messages > 0 && e.latency >= 0.4 * e.total) {  // so does the per-message cost
     const double W = e.wire, rest = std::max(W, C) + keep * std::min(W, C);
     push(alpha_, (seconds - rest) / e.messages);
   }

@@ -14,11 +14,10 @@
 // size, n, options): the same on every rank.
 //
 // Calibration. The model prices every way to run a call; where a way ran recently at about this
-// size (same factor-4 size class) at least twice, the agreed least of its last three measured
-// times, scaled within the class by the model, replaces the model's price (after one run, the
-// lower of the two). A way the model prices within 1.5x of the best that is not settled so is
-// tried (exploration), and measurements expire after 8 refreshes without a new sample, so a way
-// that got faster is found again.
+// size (same factor-4 size class), the agreed least of its last three measured times, scaled
+// within the class by the model, replaces the model's price. A way the model prices within 1.25x
+// of the best that has no such measurement is tried once (exploration), and measurements expire
+// after 8 refreshes without a new sample, so a way that got faster is found again.
 #include <chrono>
 #include <deque>
 #include <functional>
@@ -52,6 +51,10 @@ class Tuner {
     double codec_raw = 0;  // codec seconds predicted from the micro-benchmarks alone
     std::string key;       // calibration key: size class and way
     size_t bytes = 0;
+    // Whether the call's time may refine alpha and the link rates: only ways whose model is
+    // plain (ring, recursive doubling / halving-doubling, sra, compressed ring); the others'
+    // mistakes (star's root, the tree's pipeline) would land in the shared figures.
+    bool teaches_link = false;
   };
   // The problem a call poses: `bytes` of float32 (any dtype for dense) over n ranks
   // (node-aware: the inter-node step, one shard among the nodes).
@@ -120,7 +123,6 @@ class Tuner {
     double seconds = 0;
     size_t bytes = 0;
     uint64_t stamp = 0;  // the refresh that last saw a new sample
-    size_t count = 0;    // samples behind it: one may be an outlier, so it settles nothing
   };
   cost::Link link_;
   double codec_scale_agreed_ = 1;

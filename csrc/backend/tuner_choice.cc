@@ -1,7 +1,6 @@
 // The tuner's choices (tuner.h): the model's price of every way to run a call, replaced by the
 // agreed measurement where a way ran recently at about this size, and the exploration of
 // plausible ways not measured yet.
-#include <algorithm>
 #include <cmath>
 
 #include "backend/tuner.h"
@@ -12,10 +11,14 @@ const char* algorithm_name(AllreduceAlgo a);  // backend.cc
 
 namespace {
 
-// A way never measured at a call's size is tried once when the model prices it within this
-// factor of the best: the model's errors are its own (overlap, cores shared by ranks) and only a
-// measurement settles them; beyond, the model is trusted.
-constexpr double kExplore = 1.5;
+// A way not measured at a call's size is tried once when the model prices it within this factor
+// of the best: the model's errors are its own (overlap, cores shared by ranks) and only a
+// measurement settles them; beyond, the model is trusted (each try of a loser costs a call).
+constexpr double kExplore = 1.25;
+
+bool plain_dense(AllreduceAlgo a) {
+  return a == AllreduceAlgo::Ring || a == AllreduceAlgo::RecursiveDoubling || a == AllreduceAlgo::HalvingDoubling;
+}
 
 // Sizes within a factor of 4 share their measurements (scaled by the model within the class).
 int size_class(size_t bytes) { return bytes < 2 ? 0 : static_cast<int>(std::log2(static_cast<double>(bytes))) / 2; }
@@ -41,9 +44,8 @@ size_t Tuner::choose(const Shape& s, const Ways& w, std::vector<double>& used, s
     auto it = calibrated ? measured_.find(prefix + w.names[i]) : measured_.end();
     if (it == measured_.end()) continue;
     const double at = w.model_at(i, it->second.bytes);
-    const double measured = it->second.seconds * (at > 0 ? w.est[i].total / at : 1.0);
-    fresh[i] = it->second.count >= 2;
-    used[i] = fresh[i] ? measured : std::min(measured, used[i]);
+    used[i] = it->second.seconds * (at > 0 ? w.est[i].total / at : 1.0);
+    fresh[i] = true;
   }
   size_t best = cost::pick(used);
   if (calibrated && fresh[best]) {
@@ -73,6 +75,7 @@ Tuner::Plan Tuner::dense(Comm& c, const Shape& s) {
   std::vector<double> used;
   const size_t i = choose(s, w, used, p.key);
   p.dense = algos[i];
+  p.teaches_link = plain_dense(p.dense);
   p.est = w.est[i];
   p.predicted = used[i];
   p.bytes = s.bytes;
@@ -112,6 +115,7 @@ Tuner::Plan Tuner::codec(Comm& c, const Shape& s, const std::vector<CodecCandida
   p.codec = opts[i].candidate;
   p.algo = opts[i].algo;
   p.dense = opts[i].dense;
+  p.teaches_link = specs[p.codec].kind == codec::Kind::None ? plain_dense(p.dense) : p.algo != CompressedAlgo::Sparse;
   p.est = opts[i].est;
   p.predicted = used[i];
   p.bytes = s.bytes;

@@ -50,7 +50,7 @@ def run(args) -> int:
             elif ev.get("event") == "call":
                 calls.append(ev)
                 log(f"[follow] call {ev['i']:3d} {ev['us'] / 1e3:8.1f} ms  {ev['choice']:>5}  "
-                    f"link estimate {ev['link_gbit']:.2f} Gbit/s")
+                    f"agreed link {ev['link_gbit']:.2f}, host {ev['host_gbit']:.2f} Gbit/s")
 
         res = Launcher(args.nproc, Path(tmp), net).run("ringzip.bench.follow", ["rank", f"{tmp}/spec.json"],
                                                         Path(spec["events"]), 300.0, on_event)
@@ -72,8 +72,9 @@ def _report(args, calls: list[dict]) -> int:
     lines = [f"# codec '{args.codec}' under a link rate change (`ringzip-bench follow`)", "", head, "",
              f"Choice before the change: {calls[args.switch_at - 1]['choice'] if len(calls) >= args.switch_at else '-'}; "
              f"after: {final}; settled {followed} calls after the change.", "",
-             "| call | ms | chose | agreed link estimate (Gbit/s) |", "|---:|---:|---|---:|"]
-    lines += [f"| {c['i']} | {c['us'] / 1e3:.1f} | {c['choice']} | {c['link_gbit']:.2f} |" for c in calls]
+             "| call | ms | chose | agreed link rate (Gbit/s) | agreed host rate (Gbit/s) |", "|---:|---:|---|---:|---:|"]
+    lines += [f"| {c['i']} | {c['us'] / 1e3:.1f} | {c['choice']} | {c['link_gbit']:.2f} | {c['host_gbit']:.2f} |"
+              for c in calls]
     (out_dir / f"{args.stem}.md").write_text("\n".join(lines) + "\n")
     (out_dir / f"{args.stem}.json").write_text(json.dumps({"header": head, "followed_after_calls": followed,
                                                            "calls": calls}, indent=1))
@@ -113,7 +114,8 @@ def rank_main(spec_path: str) -> int:
         auto = ringzip.stats(g)["auto"]
         if events:
             events.write(json.dumps({"event": "call", "i": i, "us": t * 1e6, "choice": auto["last"]["choice"],
-                                     "link_gbit": auto["params"]["link_gbit"]}) + "\n")
+                                     "link_gbit": auto["params"]["link_gbit"],
+                                     "host_gbit": auto["params"]["host_gbit"]}) + "\n")
             events.flush()
     dist.barrier()
     dist.destroy_process_group()

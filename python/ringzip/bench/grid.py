@@ -4,53 +4,55 @@
     ringzip-bench grid --sizes 64K,1M --links loopback --nproc 3 --repeat 1    a quick one
 
 For every link (loopback, or an emulated --net rate in network namespaces, root) and world size,
-one `collective` sweep runs side by side: ringzip exact (algorithm auto), the fixed codecs, codec
-"auto", and the forced dense algorithms; every size runs each configuration in turn `--repeat`
-times. Writes <out-dir>/<stem>.{md,json,png} (grid_report.py): auto's time over exact's and over
-the best fixed codec's per cell, the dense table (algorithm auto vs each forced one) and the cost
-model's predictions against the measured times.
+the ranks (grid_worker.py) run side by side, one ringzip group each: exact (algorithm auto), the
+fixed codecs, codec "auto", and the forced dense algorithms. Per size every configuration runs
+once per round, in turn, so load on a shared machine hits all alike: --warmup rounds (auto
+measures and explores), then timed rounds until the time budget is spent, at least --repeat;
+a configuration's time is the median round (slowest rank per call). Writes
+<out-dir>/<stem>.{md,json,png} (grid_report.py): auto's time over exact's and over the best fixed
+codec's per cell, the dense table (algorithm auto vs each forced one) and the cost model's
+predictions against the measured times.
 """
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 import time
 from pathlib import Path
 
 from . import grid_report
-from .collective import sweep
 from .common import (cpu_model, default_results_dir, fmt_bytes, header_lines, log, parse_rate_bits, parse_size,
                      split_list, versions)
 from .plan import configs
 
 DEFAULTS = dict(sizes="64K,1M,4M,16M,64M", links="loopback,10gbit,3gbit,1gbit", nproc="3,4", repeat=3,
-                codecs="none,bf16,q8,q4,auto", dense="ring,rd,star,hd,tree", time_budget=1.0, iters=10, warmup=2)
+                codecs="none,bf16,q8,q4,auto", dense="ring,rd,star,hd,tree", time_budget=0.5, iters=15, warmup=6)
 
 
 def add_arguments(p) -> None:
     p.add_argument("--sizes", default=DEFAULTS["sizes"], help="all-reduce sizes (float32)")
     p.add_argument("--links", default=DEFAULTS["links"], help="loopback and/or emulated rates (need root)")
     p.add_argument("--nproc", default=DEFAULTS["nproc"], help="world sizes, comma list")
-    p.add_argument("--repeat", type=int, default=DEFAULTS["repeat"], help="rounds of every configuration per size")
+    p.add_argument("--repeat", type=int, default=DEFAULTS["repeat"], help="timed rounds per size, at least")
     p.add_argument("--codecs", default=DEFAULTS["codecs"], help="ringzip codecs side by side ('auto' = auto:q4)")
     p.add_argument("--dense", default=DEFAULTS["dense"], help="forced dense algorithms beside algorithm=auto ('' = none)")
-    p.add_argument("--time-budget", type=float, default=DEFAULTS["time_budget"], help="seconds per row")
-    p.add_argument("--iters", type=int, default=DEFAULTS["iters"], help="timed iterations per row, upper bound")
-    p.add_argument("--warmup", type=int, default=DEFAULTS["warmup"], help="warm-up iterations, upper bound")
+    p.add_argument("--time-budget", type=float, default=DEFAULTS["time_budget"],
+                   help="seconds of timed rounds per configuration and size (beyond --repeat rounds)")
+    p.add_argument("--iters", type=int, default=DEFAULTS["iters"], help="timed rounds per size, at most")
+    p.add_argument("--warmup", type=int, default=DEFAULTS["warmup"], help="untimed rounds per size")
     p.add_argument("--out-dir", help="default <repo>/bench/results")
     p.add_argument("--stem", default="auto_grid", help="output file stem")
-    p.add_argument("--row-timeout", type=float, default=300.0, help="kill the ranks after this long without progress")
+    p.add_argument("--row-timeout", type=float, default=1200.0, help="kill the ranks after this long without progress")
     p.add_argument("-q", "--quiet", action="store_true")
 
 
-def _spec(args, sizes, rate_bits) -> dict:
+def _spec(args, sizes) -> dict:
     cfgs = configs(["ringzip"], split_list(args.codecs), ["auto"])
     cfgs += [c for c in configs(["ringzip"], ["none"], split_list(args.dense)) if c["algorithm"] != "auto"]
-    # min_numel=0: every fixed codec compresses at every size, so auto has something to beat.
-    return {"op": "allreduce", "dtype": "float32", "sizes": sizes, "configs": cfgs, "seed": 0,
-            "iters": args.iters, "warmup": args.warmup, "min_iters": 3, "time_budget_s": args.time_budget,
-            "threads": 1, "ringzip_options": {"min_numel": 0}, "timeout_s": max(120.0, args.row_timeout),
-            "repeat": max(1, args.repeat), "link_gbit": rate_bits / 1e9 if rate_bits else None}
+    # min_numel=0 (grid_worker.py): every fixed codec compresses at every size, so auto has something to beat.
+    return {"sizes": sizes, "configs": cfgs, "repeat": max(1, args.repeat), "iters": max(args.iters, args.repeat),
+            "warmup": args.warmup, "time_budget_s": args.time_budget}
 
 
 def run(args) -> int:
@@ -65,6 +67,7 @@ def run(args) -> int:
               "dense": split_list(args.dense)}
     print("\n".join(header_lines(max(nprocs), ", ".join(links), {"grid": f"sizes {args.sizes}  nproc {args.nproc}  "
                                                                   f"repeat {args.repeat}  load before {load:.2f}"})))
+    header["cpu_lscpu"] = _lscpu()
     rows: list[dict] = []
     t0 = time.monotonic()
     try:
@@ -82,27 +85,48 @@ def run(args) -> int:
     return 0
 
 
-def _cell_rows(args, sizes, rate, n, link) -> list[dict]:
-    from .report import median_of_repeats
+def _lscpu() -> str:
+    import subprocess
 
-    spec = _spec(args, sizes, rate)
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    keep = ("Model name", "CPU(s):", "Thread(s) per core", "L2 cache", "L3 cache", "CPU max MHz")
+    return "; ".join(" ".join(ln.split()) for ln in out.splitlines() if ln.strip().startswith(keep))
+
+
+def _cell_rows(args, sizes, rate, n, link) -> list[dict]:
+    from .launch import Launcher, log_tail
+
+    spec = _spec(args, sizes)
+    rows: list[dict] = []
     net_ctx = None
     if rate:
         from .netem import open_env
 
         net_ctx = open_env(n, rate, 0.0, log=log)
     with tempfile.TemporaryDirectory(prefix="ringzip-grid-") as tmp:
+        spec["events"] = f"{tmp}/events.jsonl"
+        Path(f"{tmp}/spec.json").write_text(json.dumps(spec))
+
+        def on_event(ev):
+            if ev.get("event") != "row":
+                return
+            r = dict(ev["row"], link=link, link_gbit=rate / 1e9 if rate else None)
+            rows.append(r)
+            if not args.quiet:
+                log(f"[grid]   {fmt_bytes(r['size_bytes']):>4} {r['codec']:>5} {r['algorithm']:>5} {r['time_us']:10.0f} us"
+                    + (f"  chose {r['auto_choice']}" if r.get("auto_choice") else ""))
+
         if net_ctx is not None:
             net_ctx.__enter__()
         try:
-            got = sweep(spec, n, net_ctx, Path(tmp), args.row_timeout, quiet=args.quiet)
+            res = Launcher(n, Path(tmp), net_ctx).run("ringzip.bench.grid_worker", [f"{tmp}/spec.json"],
+                                                      Path(spec["events"]), args.row_timeout, on_event)
         finally:
             if net_ctx is not None:
                 net_ctx.__exit__(None, None, None)
-    got = median_of_repeats(got)
-    for r in got:
-        r["link"] = link
-        if not args.quiet and r.get("time_us"):
-            log(f"[grid]   {fmt_bytes(r['size_bytes']):>4} {r['codec']:>5} {r['algorithm']:>5} {r['time_us']:10.0f} us"
-                + (f"  chose {r['auto_choice']}" if r.get("auto_choice") else ""))
-    return got
+        if not res.ok:
+            log(f"[grid] {link}, {n} ranks failed: {res.reason}\n{log_tail(res.logs, 6)}")
+    return rows

@@ -101,9 +101,11 @@ def _md(header: dict, cs: list[dict], errs: list[dict]) -> str:
     out = ["# codec='auto' and algorithm='auto' vs fixed choices (`ringzip-bench grid`)", "",
            f"{h['date']}; CPU {h['cpu']} x {h['cores']} logical cores; load average {h['load_before']:.2f} before, "
            f"{h.get('load_after', float('nan')):.2f} after ({h.get('minutes', 0):.0f} min); torch {h['versions'].get('torch')}; "
-           f"`{' '.join(h.get('argv') or [])}`", "",
-           "Times: median over iterations of the slowest rank, median of the repeats (us). min_numel=0: every fixed "
-           "codec compresses at every size. auto = codec 'auto' (= auto:q4); exact = codec none, algorithm auto.", "",
+           f"`{' '.join(h.get('argv') or [])}`", "", f"lscpu: {h.get('cpu_lscpu', '')}", "",
+           "Times (us): per size, every configuration runs once per round, in turn (so load on the shared machine hits "
+           "all alike), after untimed warm-up rounds; a call's time is the slowest rank's, a configuration's the median "
+           "over the timed rounds. min_numel=0: every fixed codec compresses at every size. auto = codec 'auto' "
+           "(= auto:q4); exact = codec none, algorithm auto.", "",
            "| must hold | value | ok |", "|---|---:|---|"]
     out += [f"| {a} | {b} | {'-' if ok is None else ('yes' if ok else 'NO')} |" for a, b, ok in summary(cs, errs)]
     codecs = [k for k in FIXED if any(k in c["codec"] for c in cs)]

@@ -1,0 +1,107 @@
+"""One rank of a `ringzip-bench grid` run (started by grid.py through launch.py, never by hand).
+
+Usage: python -m ringzip.bench.grid_worker SPEC.json   (RANK, WORLD_SIZE, MASTER_ADDR/PORT in env)
+
+Per size, every configuration (a ringzip group each) runs once per round, in turn, so a burst of
+load on this shared machine hits all of them alike: first `warmup` rounds (auto measures and
+explores there), then timed rounds until the time budget is spent (at least `repeat`). A call's
+time is the slowest rank's; a configuration's time is the median over the timed rounds. Rank 0
+writes one JSON line per (size, configuration) to the events file.
+"""
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import statistics
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+
+def _groups(spec):
+    import ringzip
+
+    out = {}
+    for cfg in spec["configs"]:
+        kw = {"min_numel": 0, "codec": cfg["codec"]}
+        if cfg["algorithm"] != "auto":
+            kw["algorithm"] = cfg["algorithm"]
+        out[cfg["key"]] = dist.new_group(backend="ringzip", pg_options=ringzip.Options(**kw))
+    return out
+
+
+def _call(group, x):
+    buf = x.clone()
+    dist.barrier()  # the control group (gloo): aligned starts
+    t0 = time.perf_counter()
+    dist.all_reduce(buf, group=group)
+    return time.perf_counter() - t0
+
+
+def _round(groups, x):
+    mine = torch.tensor([_call(g, x) for g in groups.values()], dtype=torch.float64)
+    dist.all_reduce(mine, op=dist.ReduceOp.MAX)  # the slowest rank's time of each call
+    return mine.tolist()
+
+
+def _auto(ringzip, group, before):
+    a = ringzip.stats(group).get("auto")
+    if not a:
+        return {}
+    delta = lambda key: {k: v - (before or {}).get(key, {}).get(k, 0) for k, v in a[key].items()
+                         if v - (before or {}).get(key, {}).get(k, 0) > 0}
+    return {"auto_codecs": delta("codec_choices"), "auto_algorithms": delta("algorithm_choices"),
+            "predicted_us": {k: v * 1e6 for k, v in a["last"]["predicted_s"].items()},
+            "model_us": {k: v * 1e6 for k, v in a["last"]["model_s"].items()}, "model_params": a["params"],
+            "auto_explorations": a["explorations"] - (before or {}).get("explorations", 0)}
+
+
+def main(argv=None) -> int:
+    import ringzip
+
+    spec = json.loads(open((argv or sys.argv[1:])[0]).read())
+    rank, n = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=n, timeout=datetime.timedelta(seconds=600),
+                            init_method=f"tcp://{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}")
+    groups = _groups(spec)
+    events = open(spec["events"], "a") if rank == 0 else None
+    for size in spec["sizes"]:
+        x = torch.randn(size // 4, generator=torch.Generator().manual_seed(size + rank))
+        for _ in range(spec["warmup"]):
+            _round(groups, x)
+        before = {k: ringzip.stats(g).get("auto") for k, g in groups.items()}
+        times, t_start, budget = [], time.monotonic(), spec["time_budget_s"] * len(groups)
+        while True:
+            times.append(_round(groups, x))
+            more = len(times) < spec["repeat"] or (len(times) < spec["iters"] and time.monotonic() - t_start < budget)
+            go = torch.tensor([1.0 if more else 0.0])
+            dist.all_reduce(go, op=dist.ReduceOp.MIN)  # every rank stops after the same round
+            if go.item() == 0:
+                break
+        for j, (key, g) in enumerate(groups.items()):
+            cfg = spec["configs"][j]
+            col = [t[j] for t in times]
+            row = {"op": "allreduce", "size_bytes": size, "dtype": "float32", "backend": "ringzip", "codec": cfg["codec"],
+                   "algorithm": cfg["algorithm"], "nproc": n, "iters": len(col), "time_us": statistics.median(col) * 1e6,
+                   "times_us": [t * 1e6 for t in col], **_auto(ringzip, g, before[key])}
+            codecs = row.get("auto_codecs") or row.get("auto_algorithms")
+            if codecs:
+                items = sorted(codecs.items(), key=lambda kv: -kv[1])
+                row["auto_choice"] = items[0][0] if len(items) == 1 else "/".join(f"{k} {v}" for k, v in items)
+            if events:
+                events.write(json.dumps({"event": "row", "row": row}) + "\n")
+                events.flush()
+    dist.barrier()
+    if events:
+        events.write(json.dumps({"event": "done"}) + "\n")
+        events.close()
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
