@@ -20,6 +20,8 @@ import time
 import torch
 import torch.distributed as dist
 
+from .worker import _choice_label
+
 
 def _groups(spec):
     import ringzip
@@ -88,10 +90,7 @@ def main(argv=None) -> int:
             row = {"op": "allreduce", "size_bytes": size, "dtype": "float32", "backend": "ringzip", "codec": cfg["codec"],
                    "algorithm": cfg["algorithm"], "nproc": n, "iters": len(col), "time_us": statistics.median(col) * 1e6,
                    "times_us": [t * 1e6 for t in col], **_auto(ringzip, g, before[key])}
-            codecs = row.get("auto_codecs") or row.get("auto_algorithms")
-            if codecs:
-                items = sorted(codecs.items(), key=lambda kv: -kv[1])
-                row["auto_choice"] = items[0][0] if len(items) == 1 else "/".join(f"{k} {v}" for k, v in items)
+            row["auto_choice"] = _choice_label(row.get("auto_codecs") or row.get("auto_algorithms"))
             if events:
                 events.write(json.dumps({"event": "row", "row": row}) + "\n")
                 events.flush()
