@@ -185,9 +185,18 @@ void Tuner::maybe_refresh(Comm& c, const std::vector<CodecCandidate>* candidates
 void Tuner::observe(const Plan& p, double seconds, double codec_seconds) {
   const cost::Estimate& e = p.est;
   if (e.total <= 0) return;
-  if (p.codec_raw > 0 && codec_seconds > 0) push(codec_scale_, codec_seconds / p.codec_raw);
+  // Codec time of small calls is mostly fixed costs (timers, wake-ups): 16x the kernels' own at
+  // 64 KiB, which priced every codec out of the larger calls. Only calls with real codec work teach.
+  constexpr double kCodecSample = 1e-3;
+  if (p.codec_raw >= kCodecSample && codec_seconds > 0) push(codec_scale_, codec_seconds / p.codec_raw);
   const double C = p.codec_raw > 0 ? codec_seconds : e.compute, R = seconds - e.latency, keep = 1 - e.overlap;
-  if (p.teaches_link && e.wire_bytes > 0 && e.wire >= 0.25 * e.total) {  // the link's rate shows in this call
+  // The link's rate shows in this call when a good part of it went neither to codec kernels nor
+  // to message latency: measured, not predicted, so that a link that slowed down under a codec
+  // the model thought wire-light still shows (the least of three filters the noise, which only
+  // ever adds time).
+  // Small calls (under 256 KiB through the link) say more about latency than about bytes.
+  const bool wire_shows = e.wire_bytes >= (256 << 10) && seconds - codec_seconds - e.latency >= 0.25 * seconds;
+  if (p.teaches_link && e.wire_bytes > 0 && wire_shows) {
     double W = R - keep * C;              // wire-bound: the codec's unhidden part adds to the wire
     if (W < C) W = keep > 0.05 ? (R - C) / keep : 0;  // codec-bound: the wire's unhidden part adds
     if (e.host_bound)

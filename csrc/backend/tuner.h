@@ -51,9 +51,9 @@ class Tuner {
     double codec_raw = 0;  // codec seconds predicted from the micro-benchmarks alone
     std::string key;       // calibration key: size class and way
     size_t bytes = 0;
-    // Whether the call's time may refine alpha and the link rates: only ways whose model is
-    // plain (ring, recursive doubling / halving-doubling, sra, compressed ring); the others'
-    // mistakes (star's root, the tree's pipeline) would land in the shared figures.
+    // Whether the call's time may refine alpha and the link rates: every way but the tree's
+    // pipeline and top-k's selection, whose models are too rough (their mistakes would land in
+    // the shared figures); their times only calibrate themselves.
     bool teaches_link = false;
   };
   // The problem a call poses: `bytes` of float32 (any dtype for dense) over n ranks
@@ -96,9 +96,12 @@ class Tuner {
   // another size (to scale a measurement within the class).
   struct Ways {
     std::vector<std::string> names;
+    std::vector<int> family;  // ways of one candidate (one codec, or exact with any dense algorithm)
     std::vector<cost::Estimate> est;
     std::function<double(size_t way, size_t bytes)> model_at;
   };
+  // Prices the ways without a measurement from those with one (tuner_choice.cc).
+  static void price_unmeasured(const Ways& w, const std::vector<bool>& fresh, std::vector<double>& used);
   size_t choose(const Shape& s, const Ways& w, std::vector<double>& used, std::string& key);
   void maybe_refresh(Comm& c, const std::vector<CodecCandidate>* candidates);
   void probe(Comm& c);

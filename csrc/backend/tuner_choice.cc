@@ -1,7 +1,10 @@
 // The tuner's choices (tuner.h): the model's price of every way to run a call, replaced by the
 // agreed measurement where a way ran recently at about this size, and the exploration of
 // plausible ways not measured yet.
+#include <algorithm>
 #include <cmath>
+
+#include <map>
 
 #include "backend/tuner.h"
 
@@ -16,9 +19,9 @@ namespace {
 // measurement settles them; beyond, the model is trusted (each try of a loser costs a call).
 constexpr double kExplore = 1.25;
 
-bool plain_dense(AllreduceAlgo a) {
-  return a == AllreduceAlgo::Ring || a == AllreduceAlgo::RecursiveDoubling || a == AllreduceAlgo::HalvingDoubling;
-}
+// The tree's pipeline is the one dense way whose model is too rough to teach the link figures
+// (its time only calibrates itself); the star's root is priced through the host's share.
+bool plain_dense(AllreduceAlgo a) { return a != AllreduceAlgo::Tree; }
 
 // Sizes within a factor of 4 share their measurements (scaled by the model within the class).
 int size_class(size_t bytes) { return bytes < 2 ? 0 : static_cast<int>(std::log2(static_cast<double>(bytes))) / 2; }
@@ -31,6 +34,34 @@ cost::CodecSpeed Tuner::scaled(const std::string& name) const {
   s.decode *= codec_scale_agreed_;
   s.feedback *= codec_scale_agreed_;
   return s;
+}
+
+// A way not measured at this size is priced from what was: from its family's measured way (the
+// same codec, or exact with another dense algorithm) scaled by the model's ratio of the two;
+// without one, by the model times how much the measured ways of this size exceed their model
+// (never below the model). So when the link slows down under a compressed choice, the exact
+// ways -- priced from stale link figures -- carry the slowdown the codec's calls measured, and
+// once one exact way has run, its siblings are priced from it: one try, not six.
+void Tuner::price_unmeasured(const Ways& w, const std::vector<bool>& fresh, std::vector<double>& used) {
+  std::vector<double> ratios;
+  std::map<int, size_t> anchor;  // family -> its cheapest measured way
+  for (size_t i = 0; i < used.size(); ++i) {
+    if (!fresh[i]) continue;
+    if (w.est[i].total > 0) ratios.push_back(used[i] / w.est[i].total);
+    auto it = anchor.find(w.family[i]);
+    if (it == anchor.end() || used[i] < used[it->second]) anchor[w.family[i]] = i;
+  }
+  double excess = 1;
+  if (!ratios.empty()) {
+    std::nth_element(ratios.begin(), ratios.begin() + ratios.size() / 2, ratios.end());
+    excess = std::max(1.0, ratios[ratios.size() / 2]);
+  }
+  for (size_t i = 0; i < used.size(); ++i) {
+    if (fresh[i]) continue;
+    auto it = anchor.find(w.family[i]);
+    const size_t a = it == anchor.end() ? i : it->second;
+    used[i] = a != i && w.est[a].total > 0 ? used[a] * w.est[i].total / w.est[a].total : w.est[i].total * excess;
+  }
 }
 
 size_t Tuner::choose(const Shape& s, const Ways& w, std::vector<double>& used, std::string& key) {
@@ -47,6 +78,7 @@ size_t Tuner::choose(const Shape& s, const Ways& w, std::vector<double>& used, s
     used[i] = it->second.seconds * (at > 0 ? w.est[i].total / at : 1.0);
     fresh[i] = true;
   }
+  if (calibrated) price_unmeasured(w, fresh, used);
   size_t best = cost::pick(used);
   if (calibrated && fresh[best]) {
     for (size_t i = 0; i < w.names.size(); ++i) {
@@ -67,6 +99,7 @@ Tuner::Plan Tuner::dense(Comm& c, const Shape& s) {
   const std::vector<AllreduceAlgo>& algos = cost::dense_candidates();
   Ways w;
   for (AllreduceAlgo a : algos) {
+    w.family.push_back(0);  // one family: exact
     w.names.push_back(algorithm_name(a));
     w.est.push_back(cost::dense_allreduce(a, s.bytes, s.n, link_));
   }
@@ -99,6 +132,7 @@ Tuner::Plan Tuner::codec(Comm& c, const Shape& s, const std::vector<CodecCandida
   Ways w;
   for (const cost::Option& o : opts) {
     const bool exact = specs[o.candidate].kind == codec::Kind::None;
+    w.family.push_back(static_cast<int>(o.candidate));
     w.names.push_back(candidates[o.candidate].name + "/" +
                       (exact ? algorithm_name(o.dense) : compressed_algo_name(o.algo)));
     w.est.push_back(o.est);
