@@ -10,6 +10,13 @@ from .common import fmt_bytes
 FIXED = ("none", "bf16", "fp16", "q8", "q4", "q2", "q1")
 
 
+def link_order(link: str) -> float:
+    """loopback first, then the emulated rates, fastest first."""
+    from .common import parse_rate_bits
+
+    return float("-inf") if link == "loopback" else -parse_rate_bits(link)
+
+
 def cells(rows: list[dict]) -> list[dict]:
     """One record per (link, nproc, size): the times by configuration and the ratios."""
     by: dict[tuple, dict] = {}
@@ -43,7 +50,7 @@ def cells(rows: list[dict]) -> list[dict]:
             c["best_dense"] = min(c["dense"], key=c["dense"].get)
             c["dense_auto_over_best"] = t["none"] / c["dense"][c["best_dense"]]
         out.append(c)
-    return sorted(out, key=lambda c: (c["link"] != "loopback", c["link"], c["nproc"], c["size"]))
+    return sorted(out, key=lambda c: (link_order(c["link"]), c["nproc"], c["size"]))
 
 
 def model_errors(cs: list[dict]) -> list[dict]:
@@ -143,7 +150,7 @@ def _plot(path: Path, cs: list[dict]) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = sorted({(c["link"], c["nproc"]) for c in cs}, key=lambda k: (k[0] != "loopback", k[0], k[1]))
+    rows = sorted({(c["link"], c["nproc"]) for c in cs}, key=lambda k: (link_order(k[0]), k[1]))
     sizes = sorted({c["size"] for c in cs})
     at = {(c["link"], c["nproc"], c["size"]): c for c in cs}
     fig, axes = plt.subplots(1, 2, figsize=(13, 1.2 + 0.55 * len(rows)))
