@@ -48,7 +48,7 @@ def test_tiny_grid_run(tmp_path):
     p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=240)
     assert p.returncode == 0, p.stderr[-3000:]
     doc = json.loads((tmp_path / "g.json").read_text())
-    (cell,) = doc["cells"]
+    (cell,) = grid_report.cells(doc["rows"])
     assert set(cell["codec"]) == {"none", "q4", "auto"} and set(cell["dense"]) == {"ring"}, cell
     assert cell["chose"] and cell["predicted_codec"], cell
     assert "| must hold |" in (tmp_path / "g.md").read_text()

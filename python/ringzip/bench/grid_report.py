@@ -178,8 +178,9 @@ def write(out_dir: Path, stem: str, header: dict, rows: list[dict]) -> list[Path
     errs = model_errors(cs)
     md, js, png = (out_dir / f"{stem}.{ext}" for ext in ("md", "json", "png"))
     md.write_text(_md(header, cs, errs))
-    js.write_text(json.dumps({"header": header, "summary": summary(cs, errs), "cells": cs, "model": errs, "rows": rows},
-                             indent=1, default=str))
+    # Compact: the rows (every round's times, auto's choices and prices) are the data; cells and
+    # model errors are recomputed from them (cells(), model_errors()).
+    js.write_text(json.dumps({"header": header, "summary": summary(cs, errs), "rows": rows}, default=str))
     written = [md, js]
     try:
         _plot(png, cs)
