@@ -90,10 +90,13 @@ def section_exact(t, g, ref):
         x = torch.randint(-3, 4, (NS,), generator=gi).double()
         a, b = both(x)
         same_bits(a, b, "float64 integer-valued")
-    def q2_and_none(x):  # x all-reduced with the group's codec q2, then with codec none
+    def q2_and_none(x):  # x all-reduced with codec q2, then with codec none
+        # One dense algorithm for both: algorithm="auto" may run another one for the second call
+        # (it measures; docs/algorithms.md), which sums in another order.
+        setopt(g, codec="q2", algorithm="rd")
         a = x.clone()
         dist.all_reduce(a, group=g)
-        setopt(g, codec="none")
+        setopt(g, codec="none", algorithm="rd")
         b = x.clone()
         dist.all_reduce(b, group=g)
         setopt(g, codec="q2")
