@@ -15,8 +15,9 @@
 //
 // Calibration. The model prices every way to run a call; where a way ran recently at about this
 // size (same factor-4 size class), the agreed least of its last three measured times, scaled
-// within the class by the model, replaces the model's price. A way the model prices within 1.25x
-// of the best that has no such measurement is tried once (exploration), and measurements expire
+// within the class by the model, replaces the model's price; a way without one is priced from its
+// family's measured way or the class's measured excess over the model (price_unmeasured). Such
+// a way priced within 1.25x of the best is tried once (exploration), and measurements expire
 // after 8 refreshes without a new sample, so a way that got faster is found again.
 #include <chrono>
 #include <deque>
