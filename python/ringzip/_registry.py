@@ -1,6 +1,7 @@
 """Creates ringzip backends for torch.distributed and finds them again per group."""
 from __future__ import annotations
 
+import logging
 import sys
 import warnings
 from datetime import timedelta
@@ -11,6 +12,8 @@ from torch.distributed import PrefixStore
 
 from . import _C, _topology
 from .options import Options, compressed_algorithm, dense_algorithm
+
+log = logging.getLogger("ringzip")
 
 # Current Options per backend (keyed by the C++ object: torch may hand out a fresh Python
 # wrapper for the same backend, e.g. torch 2.11). The C++ side holds the applied values.
@@ -34,6 +37,8 @@ def apply_options(backend: "_C.RingzipBackend", opts: Options) -> None:
     )
     _options[backend.identity] = opts
     topo = backend.topology()
+    log.info("ringzip rank %d of a group: %s, %s, transport %s", backend.rank(), topo["layout"],
+             "node-aware" if topo["node_aware"] else f"flat ({topo['flat_reason']})", topo["transport"])
     if opts.hierarchy == "node" and not topo["node_aware"]:
         warnings.warn(f"ringzip: hierarchy='node': {topo['flat_reason']} ({topo['layout']}), so the group's "
                       f"all-reduce and reduce-scatter run flat", stacklevel=3)
