@@ -7,7 +7,8 @@
     ringzip-bench kernels [options]        codec kernel throughput (memcpy, casts, codecs)
     ringzip-bench train [options]          small DDP training run per codec, side by side
 
-Add --net RATE[,DELAY] (root) to run every rank in its own shaped network namespace.
+Add --net RATE[,DELAY] (root) to run every rank in its own shaped network namespace, and
+--nodes N --nproc-per-node P to group the ranks into N emulated machines with one shaped NIC each.
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Start N local ranks (optionally each in its own network namespace) and watch them.
+"""Start N local ranks (optionally in network namespaces: one per rank or per emulated node) and watch them.
 
 The launcher is the only process that outlives a crashing rank: it streams rank 0's events
 file, kills the whole set when a rank dies or no progress is seen for `row_timeout` seconds,
@@ -33,13 +33,18 @@ class Launcher:
 
     def _env(self, rank: int, port: int) -> dict:
         env = dict(os.environ)
+        # LOCAL_*: as torchrun sets them, one "node" per namespace (all ranks without --net)
+        per_node = self.net.per_node if self.net is not None else self.nproc
         env.update({
-            "RANK": str(rank), "WORLD_SIZE": str(self.nproc), "LOCAL_RANK": str(rank),
+            "RANK": str(rank), "WORLD_SIZE": str(self.nproc), "LOCAL_RANK": str(rank % per_node),
+            "LOCAL_WORLD_SIZE": str(per_node),
             "MASTER_PORT": str(port), "PYTHONPATH": python_path_env(),
             "OMP_NUM_THREADS": str(self.threads), "MKL_NUM_THREADS": str(self.threads),
             "PYTHONUNBUFFERED": "1",
         })
         if self.net is not None:
+            # Every rank talks through its namespace's NIC address; ranks of one emulated node
+            # share it, so their traffic to each other takes the kernel's local route (unshaped).
             env["MASTER_ADDR"] = self.net.addr(0)
             env["GLOO_SOCKET_IFNAME"] = self.net.ifname(rank)
         else:
