@@ -80,7 +80,7 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::maybe_compressed_allreduce(
                    const Compression::Call which = comp_.begin_call(owner, t.numel(), cc.feedback());
                    const Fp16Watch fp16(cc, x);
                    run_compressed(
-                       c, comp_, cc, x, which, red, in_bytes, 2.0 * (n - 1) / n,
+                       c, comp_, cc, x, which, red, in_bytes, dense_factor_of(nodes, n, true),
                        [&](const CompressedCall& call) {
                          if (nodes) return hierarchical_compressed_allreduce(c, *nodes, x.data_ptr<float>(), x.numel(), call);
                          compressed_allreduce(c, x.data_ptr<float>(), x.numel(), call);
@@ -110,7 +110,7 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::maybe_compressed_reduce_scatter(
                    const Compression::Call which = comp_.begin_call(identity, x.numel(), cc.feedback());
                    const Fp16Watch fp16(cc, x);
                    run_compressed(
-                       c, comp_, cc, x, which, red, in_bytes, 1.0 * (n - 1) / n,
+                       c, comp_, cc, x, which, red, in_bytes, dense_factor_of(nodes, n, false),
                        [&](const CompressedCall& call) {
                          float* data = x.data_ptr<float>();
                          if (nodes) return hierarchical_compressed_reduce_scatter(c, *nodes, data, x.numel(), call);

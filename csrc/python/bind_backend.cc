@@ -131,6 +131,7 @@ void bind_backend(py::module_& m) {
                d["codec_seconds"] = s.codec_seconds;
                d["total_seconds"] = s.total_seconds;
                if (name == "fp16") d["overflows"] = s.overflows;
+               d["bytes_intra_node"] = s.bytes_intra_node;
                out[py::str(name)] = d;
              }
              return out;

@@ -34,13 +34,15 @@ Hierarchy views(Comm& c, const NodeLayout& nodes) {
 }
 
 // Runs `inner` as one step of c's call over `net` (same sequence number, tag key and deadline);
-// its bytes and codec time count for c.
+// its bytes and codec time count for c, the bytes of steps inside the node apart (stats: what
+// crossed between nodes is what the codec is for).
+enum class Span { InsideNode, BetweenNodes };
 template <typename F>
-void step(Comm& c, Transport& net, const char* what, F inner) {
+void step(Comm& c, Span span, Transport& net, const char* what, F inner) {
   Comm s{net, c.dev, c.seq, c.deadline, c.op + " (" + what + ")"};
   s.tag_key = c.tag_key;
   inner(s);
-  c.bytes_sent += s.bytes_sent;
+  (span == Span::InsideNode ? c.bytes_intra_node : c.bytes_sent) += s.bytes_sent;
   c.codec_seconds += s.codec_seconds;
 }
 
@@ -59,10 +61,10 @@ void allreduce_by_node(Comm& c, const NodeLayout& nodes, Buf data, RedOp op, Int
   Hierarchy h = views(c, nodes);
   const int l = nodes.local_rank(c.rank());
   const std::vector<size_t> parts = even_parts(data.count, h.intra().size());
-  step(c, h.intra(), "intra-node reduce-scatter", [&](Comm& s) { ring_reduce_scatter(s, data, op, parts); });
+  step(c, Span::InsideNode, h.intra(), "intra-node reduce-scatter", [&](Comm& s) { ring_reduce_scatter(s, data, op, parts); });
   Buf shard{data.at(parts[l]), parts[l + 1] - parts[l], data.dtype};
-  step(c, h.inter(), "inter-node all-reduce", [&](Comm& s) { inter(s, shard, parts[l]); });
-  step(c, h.intra(), "intra-node all-gather", [&](Comm& s) { ring_allgather(s, data, parts, kGatherStepBase); });
+  step(c, Span::BetweenNodes, h.inter(), "inter-node all-reduce", [&](Comm& s) { inter(s, shard, parts[l]); });
+  step(c, Span::InsideNode, h.intra(), "intra-node all-gather", [&](Comm& s) { ring_allgather(s, data, parts, kGatherStepBase); });
 }
 
 // Reduce-scatter: the parts are staged so that local rank l's intra-node shard holds, node by
@@ -79,10 +81,10 @@ void reduce_scatter_by_node(Comm& c, const NodeLayout& lay, Buf data, RedOp op, 
   auto slot = [&](int rank) { return static_cast<size_t>(lay.local_rank(rank) * nodes + lay.node(rank)); };
   for (int r = 0; r < n; ++r) c.dev.copy(staged.at(slot(r) * part), data.at(r * part), pbytes);
   const std::vector<size_t> shards = even_parts(data.count, per);
-  step(c, h.intra(), "intra-node reduce-scatter", [&](Comm& s) { ring_reduce_scatter(s, staged, op, shards); });
+  step(c, Span::InsideNode, h.intra(), "intra-node reduce-scatter", [&](Comm& s) { ring_reduce_scatter(s, staged, op, shards); });
   const int l = lay.local_rank(c.rank());
   Buf shard{staged.at(shards[l]), shards[l + 1] - shards[l], data.dtype};
-  step(c, h.inter(), "inter-node reduce-scatter", [&](Comm& s) { inter(s, shard, shards[l]); });
+  step(c, Span::BetweenNodes, h.inter(), "inter-node reduce-scatter", [&](Comm& s) { inter(s, shard, shards[l]); });
   c.dev.copy(data.at(c.rank() * part), staged.at(slot(c.rank()) * part), pbytes);
 }
 
