@@ -77,7 +77,9 @@ def main() -> None:
     assert all(torch.equal(c, copies[0]) for c in copies), "replicas diverged"
     assert last < first, f"loss did not decrease ({first:.4f} -> {last:.4f})"
     if rank == 0:
-        print(f"OK: {world} ranks, loss {first:.4f} -> {last:.4f}", flush=True)
+        topo = ringzip.stats()["topology"]
+        how = "node-aware" if topo["node_aware"] else f"flat ({topo['flat_reason']})"
+        print(f"OK: {world} ranks, loss {first:.4f} -> {last:.4f}; {topo['layout']}, {how}", flush=True)
     dist.destroy_process_group()
 
 
