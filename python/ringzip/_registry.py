@@ -111,8 +111,17 @@ def create_backend(dist_opts, pg_options):
     store = PrefixStore("ringzip/transport/", dist_opts.store)
     gloo = dist.ProcessGroupGloo(store, dist_opts.group_rank, dist_opts.group_size, timeout)
     backend = _C.RingzipBackend(gloo, timeout, str(dist_opts.group_id))
-    topo_store = PrefixStore("ringzip/topology/", dist_opts.store)
-    backend.set_topology(_topology.node_of_ranks(topo_store, dist_opts.group_rank, dist_opts.group_size))
+    rank = dist_opts.group_rank
+    node_of = _topology.node_of_ranks(PrefixStore("ringzip/topology/", dist_opts.store), rank, dist_opts.group_size)
+    # Shared memory among the ranks of this node (CPU tensors): its rendezvous finds every rank of
+    # the node already here (they published their node keys), so a minute is plenty.
+    shm_store = None
+    if opts.transport == "shm" and node_of.count(node_of[rank]) > 1:
+        shm_store = PrefixStore(f"ringzip/shm/{node_of[rank]}/", dist_opts.store)
+    why = backend.set_topology(node_of, shm_store, min(timeout, timedelta(seconds=60)))
+    if why:
+        warnings.warn(f"ringzip: shared memory between the ranks of this node is unusable ({why}); they "
+                      f"exchange messages through Gloo over loopback instead", stacklevel=2)
     apply_options(backend, opts)
     backend.enable_mismatch_watch(PrefixStore("ringzip/watch/", dist_opts.store))
     _maybe_enable_cuda(backend, dist_opts.store, opts)

@@ -42,6 +42,7 @@ def topology_checks(ctx):
         t = ringzip.stats()["topology"]
         assert t["node_of"] == NODES and t["nodes"] == 2 and t["ranks_per_node"] == 2, t
         assert t["node_aware"] and t["flat_reason"] == "" and t["hierarchy"] == "auto", t
+        assert t["transport"] == "shm+gloo", t  # the node peers share this host
     with chk.case("dense_allreduce_node_aware"):
         xs = _inputs(1, 300_000)  # 1.2 MB: node-aware
         x = xs[rank].clone()

@@ -27,7 +27,7 @@ def _good_allreduce(n=100):
     assert torch.equal(t, torch.full((n,), dist.get_world_size(), dtype=torch.int32)), t[:4]
 
 
-def _expect_error(fn, *needles):
+def _expect_error(fn, *needles, case=""):
     t0 = time.monotonic()
     try:
         fn()
@@ -36,7 +36,7 @@ def _expect_error(fn, *needles):
         for s in needles:
             assert s in msg, f"{s!r} not in {msg!r}"
         return msg, time.monotonic() - t0
-    raise AssertionError("no error raised")
+    raise AssertionError(f"no error raised{' in case ' + case if case else ''}")
 
 
 # ---------------------------------------------------------------------------- mismatches
@@ -142,7 +142,7 @@ def rank_mismatch_auto(rank, world, tmp):
             fn()
             # This rank's part of the call did not involve a mismatched rank (a broadcast or gather
             # from a root that agrees with it): its next call must raise the same message.
-            msg, _ = _expect_error(_good_allreduce, *needles)
+            msg, _ = _expect_error(_good_allreduce, *needles, case=name)
         except AssertionError:
             raise
         except Exception:  # noqa: BLE001
