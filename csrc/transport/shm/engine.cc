@@ -323,6 +323,7 @@ bool Engine::push(Peer& p) {
 
 void Engine::wait(Op& op, std::chrono::milliseconds timeout) {
   const auto start = Clock::now();
+  timeout = std::min<std::chrono::milliseconds>(timeout, std::chrono::hours(24 * 365));  // no overflow
   const auto deadline = start + timeout;
   const bool yield = spin_ < std::chrono::microseconds(10);
   std::unique_lock<std::mutex> lk(mu_);
