@@ -28,8 +28,9 @@ int usable_cpus() {
 }
 
 // Spinning pays only when the peer runs on another core meanwhile: with as many ranks as
-// CPUs it saves the futex round trip (a few microseconds); with more ranks than CPUs a spinning
-// waiter takes the core its peer needs, so it yields once and sleeps.
+// CPUs it saves the futex round trip (tens of microseconds in a VM, where waking an idle vCPU
+// is slow); with more ranks than CPUs a spinning waiter takes the core its peer needs, so it
+// yields the CPU for a moment and sleeps.
 std::chrono::nanoseconds spin_time(int ranks) {
   return ranks <= usable_cpus() ? std::chrono::microseconds(30) : std::chrono::microseconds(2);
 }
