@@ -182,6 +182,22 @@ def p2p(ctx):
             small.recv(torch.zeros(1, dtype=torch.uint8), peer, 556)
     big.close()  # rank 0's timed-out receive is still posted: close fails it
     small.close()
+    with chk.case("close while another thread waits"):
+        third = _shm(ctx, "third/")
+        errors = []
+
+        def waiter():
+            try:
+                third.irecv(torch.empty(4, dtype=torch.uint8), peer, 1).wait()
+            except RuntimeError as e:
+                errors.append(str(e))
+
+        th = threading.Thread(target=waiter)
+        th.start()
+        time.sleep(0.3)
+        third.close()  # the waiter fails at once (this rank's or the peer's close) and unmaps last
+        th.join(5)
+        assert not th.is_alive() and errors and "closed" in errors[0], errors
     with chk.case("posting after close"):
         _raises(lambda: small.send(torch.zeros(4, dtype=torch.uint8), peer, 1), "closed")
     return {"pid": os.getpid(), **chk.result()}
