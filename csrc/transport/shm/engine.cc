@@ -16,6 +16,8 @@ using Clock = std::chrono::steady_clock;
 
 // How often a waiter that sleeps looks at its deadline and at its peers' pids.
 constexpr std::chrono::milliseconds kWatchEvery{50};
+// How long a wait stays idle before it buffers messages whose receives are not posted (drain).
+constexpr std::chrono::milliseconds kRescueAfter{5};
 
 // CPUs this process may run on.
 int usable_cpus() {
@@ -26,8 +28,9 @@ int usable_cpus() {
 }
 
 // Spinning pays only when the peer runs on another core meanwhile: with as many ranks as
-// CPUs it saves the futex round trip (a few microseconds); with more ranks than CPUs a spinning
-// waiter takes the core its peer needs, so it yields once and sleeps.
+// CPUs it saves the futex round trip (tens of microseconds in a VM, where waking an idle vCPU
+// is slow); with more ranks than CPUs a spinning waiter takes the core its peer needs, so it
+// yields the CPU for a moment and sleeps.
 std::chrono::nanoseconds spin_time(int ranks) {
   return ranks <= usable_cpus() ? std::chrono::microseconds(30) : std::chrono::microseconds(2);
 }
@@ -197,14 +200,15 @@ void Engine::fail(Op& op, const std::string& why) {
   completed_ = true;
 }
 
-bool Engine::progress() {
+bool Engine::progress(bool rescue) {
   bool moved = false;
+  parked_ = false;
   for (auto& pp : peers_) {
     if (!pp || !pp->gone.empty() || interrupt_.load(std::memory_order_relaxed)) continue;
     Peer& p = *pp;
     // Read the peer's state before its ring: what it wrote before closing is drained first.
     const uint32_t state = p.hdr->state.load(std::memory_order_acquire);
-    moved |= drain(p);
+    moved |= drain(p, rescue);
     moved |= push(p);
     if (state && p.gone.empty()) {
       peer_gone(p, "rank " + std::to_string(p.rank) +
@@ -217,13 +221,24 @@ bool Engine::progress() {
   return moved;
 }
 
-bool Engine::drain(Peer& p) {
+bool Engine::drain(Peer& p, bool rescue) {
   bool moved = false;
   FrameHeader h;
   const char* payload = nullptr;
   bool corrupt = false;
-  while (!interrupt_.load(std::memory_order_relaxed) && p.in.next(h, payload, corrupt)) {
+  // At most a ring's worth per pass: a peer that streams without pause must not keep this
+  // rank from its other peers.
+  size_t budget = ring_bytes_;
+  while (budget && !interrupt_.load(std::memory_order_relaxed) && p.in.next(h, payload, corrupt)) {
     if (!corrupt) corrupt = (h.kind == FrameKind::Message) == p.arriving;
+    if (!corrupt && h.kind == FrameKind::Message && !rescue && p.recvs.empty()) {
+      // Nothing from this peer is posted, so nothing can wait behind this message: leave it
+      // in the ring until its receive is posted (then it lands in place, no copy, no heap).
+      // Only a wait that stays idle buffers it (`rescue`), so that ranks that send to each
+      // other before receiving cannot deadlock once a message exceeds the ring.
+      parked_ = true;
+      break;
+    }
     if (!corrupt && h.kind == FrameKind::Message && !begin_message(p, h)) return true;  // p is gone
     if (corrupt || h.payload > p.total - p.got) {
       peer_gone(p, "corrupt frame from rank " + std::to_string(p.rank) + " (a bug, or memory overwritten)");
@@ -237,6 +252,7 @@ bool Engine::drain(Peer& p) {
       p.into_buf->got += h.payload;
     }
     p.got += h.payload;
+    budget -= std::min(budget, frame_bytes(h.payload));
     p.in.release(h);
     moved = true;
     if (p.got == p.total) {
@@ -308,6 +324,7 @@ bool Engine::push(Peer& p) {
 
 void Engine::wait(Op& op, std::chrono::milliseconds timeout) {
   const auto start = Clock::now();
+  timeout = std::min<std::chrono::milliseconds>(timeout, std::chrono::hours(24 * 365));  // no overflow
   const auto deadline = start + timeout;
   const bool yield = spin_ < std::chrono::microseconds(10);
   std::unique_lock<std::mutex> lk(mu_);
@@ -319,16 +336,19 @@ void Engine::wait(Op& op, std::chrono::milliseconds timeout) {
     }
   } leave{*this};
   auto spin_until = start + spin_;
+  auto idle_since = start;  // the last pass that moved something
   for (;;) {
     if (op.state == Op::State::Done) return;
     if (op.state == Op::State::Failed) raise(op.error + " [" + describe(op) + "]");
     // Pending ops exist only while the transport is open, so the segments are mapped here.
     const uint32_t seq = me_->bell.load(std::memory_order_seq_cst);
-    const bool moved = progress();
+    auto now = Clock::now();
+    const bool moved = progress(now - idle_since >= kRescueAfter);
     if (op.state != Op::State::Pending) continue;
-    const auto now = Clock::now();
+    now = Clock::now();
     if (moved) {
       spin_until = now + spin_;
+      idle_since = now;
       continue;
     }
     if (now >= deadline)
@@ -348,7 +368,9 @@ void Engine::wait(Op& op, std::chrono::milliseconds timeout) {
     ++local_sleepers_;
     if (me_->bell.load(std::memory_order_seq_cst) == seq) {
       lk.unlock();
-      futex_wait(&me_->bell, seq, std::min<Clock::duration>(deadline - now, kWatchEvery));
+      auto nap = std::min<Clock::duration>(deadline - now, kWatchEvery);
+      if (parked_) nap = std::min<Clock::duration>(nap, idle_since + kRescueAfter - now);
+      futex_wait(&me_->bell, seq, nap);
       lk.lock();
     }
     --local_sleepers_;
@@ -360,7 +382,7 @@ void Engine::watch_peers() {
   for (auto& pp : peers_) {
     if (!pp || !pp->gone.empty() || !pp->watch_pid) continue;
     if (!process_gone(pp->pid, pp->start_time)) continue;
-    drain(*pp);  // what it wrote before it died still counts
+    drain(*pp, true);  // what it wrote before it died still counts
     if (pp->gone.empty())
       peer_gone(*pp, "rank " + std::to_string(pp->rank) + " (pid " + std::to_string(pp->pid) + ") died");
   }

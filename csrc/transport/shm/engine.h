@@ -10,11 +10,14 @@
 // after writing frames for it or freeing space it waits for), in slices that bound how late
 // it notices its deadline or a dead peer (pid check).
 //
-// Matching: a receive takes the oldest message of its (peer, tag). A message that arrives
-// before its receive is posted is buffered in heap memory (whole; posting the receive later
-// moves what arrived and lets the rest stream in place), so a peer may send tags in any order
-// and the ring never stalls behind a receive nobody posted. Sizes must be equal: a message of
-// another size than its receive fails that receive (both sizes named) and is discarded.
+// Matching: a receive takes the oldest message of its (peer, tag). A message whose receive is
+// not posted yet stays in its ring while nothing else from that peer is posted (the receive
+// usually follows soon: then it lands in place, one copy, no heap). It is buffered in heap
+// memory (whole; a receive posted later takes what arrived and the rest streams in place)
+// when a receive of that peer is posted -- it may wait behind this message -- or when a wait
+// has stayed idle for a few milliseconds, so a peer may send tags in any order and two ranks
+// that both send before they receive never deadlock. Sizes must be equal: a message of another
+// size than its receive fails that receive (both sizes named) and is discarded.
 //
 // A send is complete once all its bytes are in the ring: its buffer is free then, and a rank
 // needs the other only to drain, which any wait of the other does. So a send larger than the
@@ -72,8 +75,8 @@ class Engine {
   [[noreturn]] void raise(const std::string& what) const;
   Peer& peer_of(int peer, const char* what);
   void check_open() const;
-  bool progress();
-  bool drain(Peer& p);
+  bool progress(bool rescue);
+  bool drain(Peer& p, bool rescue);
   bool push(Peer& p);
   bool begin_message(Peer& p, const FrameHeader& h);
   void take(Peer& p, std::shared_ptr<Unexpected> u, const std::shared_ptr<Op>& op);
@@ -97,6 +100,7 @@ class Engine {
   int in_wait_ = 0;                           // threads inside wait(): they may touch the segments
   int local_sleepers_ = 0;
   bool completed_ = false;                    // a pass finished some op (local sleepers may want it)
+  bool parked_ = false;                       // the last pass left an unposted message in a ring
   std::chrono::steady_clock::time_point last_watch_;
   std::atomic<bool> interrupt_{false};        // abort/close: stop copying between frames
 };

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <stdexcept>
 
@@ -136,11 +137,16 @@ std::unique_ptr<Transport> make_shm_transport(const c10::intrusive_ptr<c10d::Sto
   init_header(own, rank, size, ring);
 
   std::vector<shm::Mapping> peers(size);
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  auto left = [&] {  // the whole setup shares one timeout
+    return std::max(std::chrono::milliseconds(1), std::chrono::duration_cast<std::chrono::milliseconds>(
+                                                      deadline - std::chrono::steady_clock::now()));
+  };
   try {
     store->set(key("segment", rank), bytes_of(name));
     for (int p = 0; p < size; ++p) {
       if (p == rank) continue;
-      store->wait({key("segment", p)}, timeout);
+      store->wait({key("segment", p)}, left());
       const auto v = store->get(key("segment", p));
       const std::string peer_name(v.begin(), v.end());
       peers[p] = shm::open_segment(peer_name);
@@ -151,7 +157,7 @@ std::unique_ptr<Transport> make_shm_transport(const c10::intrusive_ptr<c10d::Sto
     store->set(key("mapped", rank), bytes_of("1"));
     std::vector<std::string> all;
     for (int p = 0; p < size; ++p) all.push_back(key("mapped", p));
-    store->wait(all, timeout);
+    store->wait(all, left());
   } catch (const std::exception& e) {
     shm::sweep_stale_segments();  // a peer that died during setup left its segment
     setup_error(rank, size, e.what());
