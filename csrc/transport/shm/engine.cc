@@ -17,7 +17,10 @@ using Clock = std::chrono::steady_clock;
 // How often a waiter that sleeps looks at its deadline and at its peers' pids.
 constexpr std::chrono::milliseconds kWatchEvery{50};
 // How long a wait stays idle before it buffers messages whose receives are not posted (drain).
-constexpr std::chrono::milliseconds kRescueAfter{5};
+// Only patterns that would deadlock on Gloo need that (a rank waits for its send before it
+// posts the receive its peer waits for), so it may take long; on a loaded host, waits idle
+// for milliseconds all the time, and buffering then would only add copies.
+constexpr std::chrono::milliseconds kRescueAfter{50};
 
 // CPUs this process may run on.
 int usable_cpus() {

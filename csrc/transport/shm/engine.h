@@ -15,7 +15,7 @@
 // usually follows soon: then it lands in place, one copy, no heap). It is buffered in heap
 // memory (whole; a receive posted later takes what arrived and the rest streams in place)
 // when a receive of that peer is posted -- it may wait behind this message -- or when a wait
-// has stayed idle for a few milliseconds, so a peer may send tags in any order and two ranks
+// has stayed idle for 50 ms, so a peer may send tags in any order and two ranks
 // that both send before they receive never deadlock. Sizes must be equal: a message of another
 // size than its receive fails that receive (both sizes named) and is discarded.
 //
