@@ -24,15 +24,13 @@ from .common import header_lines, log, split_list
 
 ROWS = ("gloo,gloo+bf16,gloo+powersgd1,gloo+powersgd4,ringzip:none,ringzip:bf16,ringzip:q8,ringzip:q4,"
         "ringzip:q2,ringzip:topk:0.01")
-HEADLINE = "gloo,gloo+bf16,gloo+powersgd1,gloo+powersgd4,ringzip:q8,ringzip:q4,ringzip:topk:0.01"
 
 
 def add_arguments(p) -> None:
     p.add_argument("--rows", default=ROWS, help="(--task charlm|digits) rows, in run order")
     p.add_argument("--seeds", default="0,1,2", help="(--task charlm|digits) seeds of the headline rows")
-    p.add_argument("--seeds-for", default=HEADLINE,
-                   help="(--task charlm|digits) rows run with every seed ('all': every row); the others "
-                        "run with the first seed only")
+    p.add_argument("--seeds-for", help="(--task charlm|digits) rows run with every seed ('all': every row; "
+                                       "default: the task's SEEDS_FOR); the others run with the first seed only")
     p.add_argument("--task-opt", action="append", default=[], metavar="KEY=VALUE",
                    help="(--task charlm|digits) override a task setting (see tasks/<task>.py DEFAULTS)")
     p.add_argument("--powersgd-start", type=int,
@@ -203,7 +201,8 @@ def run(args) -> int:
         parse_row(r)
     if "gloo" not in rows or not seeds:
         raise ValueError("--rows must include 'gloo' (it sets the target) and --seeds at least one seed")
-    cfgs = plan(rows, seeds, split_list(args.seeds_for))
+    seeds_for = args.seeds_for or task.SEEDS_FOR
+    cfgs = plan(rows, seeds, split_list(seeds_for))
     target_step = round(0.9 * steps)
     spec = {"configs": cfgs, "task": args.task, "task_cfg": tc, "threads": args.threads,
             "eval_steps": sorted(set(range(0, steps + 1, int(tc["eval_every"]))) | {target_step, steps}),
@@ -214,7 +213,7 @@ def run(args) -> int:
     tag = "loopback" if not args.net else "net-" + args.net.replace(",", "-")
     stem = args.out or str(default_results_dir() / f"time_to_accuracy_{args.task}_{tag}")
     extra = {"task": f"{args.task}: {about}", "steps": f"{steps}, target = gloo's {task.METRIC} at step {target_step}",
-             "rows": f"{', '.join(rows)}; seeds {args.seeds} for {args.seeds_for}",
+             "rows": f"{', '.join(rows)}; seeds {args.seeds} for {seeds_for}",
              "powersgd": f"start_powerSGD_iter {spec['powersgd_start']}, warm_start on, error feedback on"}
     results, link, hdr = {}, "?", []
 

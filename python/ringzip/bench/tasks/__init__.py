@@ -3,6 +3,7 @@
 A task is a module with:
   DEFAULTS                    its configuration (every key can be overridden with --task-opt)
   METRIC, HIGHER_IS_BETTER    what the validation number means
+  SEEDS_FOR                   rows that run with every seed by default ("all" or a list)
   load(cfg) -> data           the data set, read once per process (nothing is downloaded)
   model(cfg) -> nn.Module     built under torch.manual_seed(seed) by the caller
   optimizer(model, cfg, steps) -> (optimizer, lr scheduler)

@@ -12,7 +12,8 @@ import torch.nn.functional as F
 from . import cosine_schedule
 
 METRIC, HIGHER_IS_BETTER = "val_acc", True
-DEFAULTS = {"channels": 32, "hidden": 128, "batch": 16, "steps": 300, "lr": 0.05, "warmup": 10,
+SEEDS_FOR = "all"  # seconds per row: every row gets every seed
+DEFAULTS = {"channels": 32, "hidden": 128, "batch": 16, "steps": 200, "lr": 0.05, "warmup": 10,
             "clip": 0.0, "eval_every": 10}
 SPLIT_SEED = 20_240_601
 
