@@ -15,6 +15,7 @@ validation point that reaches it. Report: tta_report.py.
 """
 from __future__ import annotations
 
+import os
 import statistics
 import sys
 import time
@@ -163,6 +164,7 @@ def _row(spec, cfg, got, err) -> dict:
     elapsed = [0.0, *accumulate(per_step)]
     warm = min(5, len(per_step) // 2)  # DDP's first steps rebuild buckets and warm caches
     row.update(step_ms=statistics.median(per_step[warm:]) * 1e3, train_s=elapsed[-1], params=got[0]["params"],
+               load_avg=os.getloadavg()[0],  # the machine is shared: other work slows some rows
                wire_bytes_per_step=statistics.mean(g["wire"] for g in got),
                curve=[[s, elapsed[s], m] for s, m in got[0]["evals"]])
     return row

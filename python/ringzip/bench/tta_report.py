@@ -131,14 +131,15 @@ def markdown(meta, summary, runs) -> str:
                      f"{_f(s['tta_s'], '.1f', 'not reached')} | {s['reached']}/{len(s['seeds'])} | "
                      f"{_f(s['tta_vs_gloo'], '.2f')} | {_f(s['tta_vs_best_hook'], '.2f')} | {final} | {_f(s['delta_vs_gloo'], '+.4f')} |")
     lines += ["", "Checks (issue 15):", "", *checks(meta, summary), "", "Per seed:", "",
-              f"| row | seed | step (ms) | train (s) | target | time to target (s) | final {m} |",
-              "|---|---:|---:|---:|---:|---:|---:|"]
+              f"| row | seed | step (ms) | train (s) | target | time to target (s) | final {m} | load avg (1 min, at the end) |",
+              "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for r in runs:
         if r.get("error"):
-            lines.append(f"| {r['row']} | {r['seed']} | ERROR: {r['error'][:120]} |||||")
+            lines.append(f"| {r['row']} | {r['seed']} | ERROR: {r['error'][:120]} ||||||")
         else:
             lines.append(f"| {r['row']} | {r['seed']} | {r['step_ms']:.1f} | {r['train_s']:.1f} | "
-                         f"{_f(r['target'], '.4f')} | {_f(r['tta_s'], '.1f', 'not reached')} | {r['final']:.4f} |")
+                         f"{_f(r['target'], '.4f')} | {_f(r['tta_s'], '.1f', 'not reached')} | {r['final']:.4f} | "
+                         f"{_f(r.get('load_avg'), '.1f')} |")
     return "\n".join(lines) + "\n"
 
 
