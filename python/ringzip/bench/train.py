@@ -38,7 +38,8 @@ def add_arguments(p) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--net", help="emulated link RATE[,DELAY] (root)")
     p.add_argument("--json", help="write the rows here")
-    p.add_argument("--row-timeout", type=float, default=300.0)
+    p.add_argument("--row-timeout", type=float, help="seconds without a finished row before the ranks count as "
+                                                     "hung; default 300 (synthetic), 900 (tasks)")
     p.add_argument("--threads", type=int, default=1)
     tta.add_arguments(p)
 
@@ -128,6 +129,7 @@ def run(args) -> int:
 
         return tta.run(args)
     args.steps, args.batch, args.lr = args.steps or 150, args.batch or 64, args.lr or 0.05
+    args.row_timeout = args.row_timeout or 300.0
     from .collective import _parse_ropts
     from .launch import ranks_env, run_configs
     from .plan import configs

@@ -197,6 +197,7 @@ def run(args) -> int:
 
     task = tasks.get(args.task)
     tc = task_config(task, args)
+    args.row_timeout = args.row_timeout or 900.0  # a loaded machine can take minutes per row
     steps = int(tc["steps"])
     rows, seeds = split_list(args.rows), [int(s) for s in split_list(args.seeds)]
     for r in rows:
