@@ -60,10 +60,10 @@ def test_digits_rows_and_seeds(tmp_path):
 def test_report_targets_and_times():
     meta = {"task": "digits", "metric": "val_acc", "higher_is_better": True, "steps": 10, "target_step": 9}
     curve = lambda *ms: [[s, s * 0.5, m] for s, m in zip((0, 5, 9, 10), ms)]  # noqa: E731
-    runs = [{"row": "gloo", "seed": 0, "curve": curve(10, 80, 90, 91), "step_ms": 500, "train_s": 5.0, "wire_bytes_per_step": 8.0},
-            {"row": "ringzip:q4", "seed": 0, "curve": curve(10, 90, 91, 92), "step_ms": 250, "train_s": 5.0, "wire_bytes_per_step": 1.0},
-            {"row": "ringzip:q2", "seed": 0, "curve": curve(10, 70, 85, 89), "step_ms": 200, "train_s": 5.0, "wire_bytes_per_step": 0.5},
-            {"row": "ringzip:q8", "seed": 0, "error": "rank 1 died"}]
+    run = lambda row, ms, step_ms, wire: {"row": row, "seed": 0, "curve": curve(*ms), "step_ms": step_ms,  # noqa: E731
+                                          "train_s": 5.0, "wire_bytes_per_step": wire}
+    runs = [run("gloo", (10, 80, 90, 91), 500, 8.0), run("ringzip:q4", (10, 90, 91, 92), 250, 1.0),
+            run("ringzip:q2", (10, 70, 85, 89), 200, 0.5), {"row": "ringzip:q8", "seed": 0, "error": "rank 1 died"}]
     s = {x["row"]: x for x in tta_report.summarize(meta, runs)}
     assert runs[0]["target"] == 90 and s["gloo"]["tta_s"] == 4.5 and s["ringzip:q4"]["tta_s"] == 2.5
     assert s["ringzip:q4"]["tta_vs_gloo"] == pytest.approx(1.8) and s["ringzip:q4"]["wire_vs_gloo"] == 8

@@ -170,7 +170,6 @@ def _row(spec, cfg, got, err) -> dict:
     return row
 
 
-
 # ---- launcher side ----------------------------------------------------------------------------
 def task_config(task, args) -> dict:
     from .collective import _parse_ropts
@@ -236,7 +235,8 @@ def run(args) -> int:
         log("[tta] interrupted; writing what was measured")
     meta = {"task": args.task, "metric": task.METRIC, "higher_is_better": task.HIGHER_IS_BETTER,
             "steps": steps, "target_step": target_step, "nproc": args.nproc, "link": link, "started": started,
-            "argv": getattr(args, "argv", None), "header": hdr, "spec": {k: v for k, v in spec.items() if k != "configs"}}
+            "argv": getattr(args, "argv", None), "header": hdr,
+            "spec": {k: v for k, v in spec.items() if k != "configs"}}
     written = tta_report.write(stem, meta, [results[i] for i in sorted(results)])
     log("[tta] wrote " + ", ".join(written))
     return 0

@@ -53,7 +53,8 @@ def summarize(meta, runs: list[dict]) -> list[dict]:
                      tta_vs_gloo=(g_tta / tta) if (g_tta and tta != INF) else None,
                      final_mean=statistics.mean(finals),
                      final_sd=statistics.stdev(finals) if len(finals) > 1 else None,
-                     delta_vs_gloo=statistics.mean(r["final"] - gloo[r["seed"]]["final"] for r in paired) if paired else None,
+                     delta_vs_gloo=statistics.mean(r["final"] - gloo[r["seed"]]["final"] for r in paired)
+                     if paired else None,
                      wire_bytes_per_step=statistics.mean(r["wire_bytes_per_step"] for r in ok),
                      wire_vs_gloo=(g_wire / statistics.mean(r["wire_bytes_per_step"] for r in ok)) if g_wire else None)
         out.append(s)
@@ -131,9 +132,11 @@ def markdown(meta, summary, runs) -> str:
         lines.append(f"| {s['row']} | {','.join(map(str, s['seeds']))} | {s['step_ms']:.1f} | "
                      f"{s['wire_bytes_per_step'] / 2**20:.3f} | {_f(s['wire_vs_gloo'], '.1f')} | "
                      f"{_f(s['tta_s'], '.1f', 'not reached')} | {s['reached']}/{len(s['seeds'])} | "
-                     f"{_f(s['tta_vs_gloo'], '.2f')} | {_f(s['tta_vs_best_hook'], '.2f')} | {final} | {_f(s['delta_vs_gloo'], '+.4f')} |")
+                     f"{_f(s['tta_vs_gloo'], '.2f')} | {_f(s['tta_vs_best_hook'], '.2f')} | {final} | "
+                     f"{_f(s['delta_vs_gloo'], '+.4f')} |")
     lines += ["", "Checks (issue 15):", "", *checks(meta, summary), "", "Per seed:", "",
-              f"| row | seed | step (ms) | train (s) | target | time to target (s) | final {m} | load avg (1 min, at the end) |",
+              f"| row | seed | step (ms) | train (s) | target | time to target (s) | final {m} | "
+              "load avg (1 min, at the end) |",
               "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for r in runs:
         if r.get("error"):
@@ -157,7 +160,8 @@ def plot(path: Path, meta, runs) -> None:
         if r.get("error") or r["seed"] != seed:
             continue
         steps, secs, vals = zip(*r["curve"])
-        style = dict(lw=2.2, color="black") if r["row"] == "gloo" else dict(lw=1.2, ls="--" if r["row"].startswith("gloo") else "-")
+        hook = r["row"].startswith("gloo+")
+        style = dict(lw=2.2, color="black") if r["row"] == "gloo" else dict(lw=1.2, ls="--" if hook else "-")
         ax_t.plot(secs, vals, label=r["row"], **style)
         ax_s.plot(steps, vals, label=r["row"], **style)
         if r["row"] == "gloo" and r.get("target") is not None:
