@@ -42,7 +42,7 @@ def topology_checks(ctx):
         t = ringzip.stats()["topology"]
         assert t["node_of"] == NODES and t["nodes"] == 2 and t["ranks_per_node"] == 2, t
         assert t["node_aware"] and t["flat_reason"] == "" and t["hierarchy"] == "auto", t
-        assert t["transport"] == "shm+gloo", t  # the node peers share this host
+        assert t["transport"] == "gloo", t  # shared memory is opt-in (transport="shm")
     with chk.case("dense_allreduce_node_aware"):
         xs = _inputs(1, 300_000)  # 1.2 MB: node-aware
         x = xs[rank].clone()
@@ -59,7 +59,9 @@ def topology_checks(ctx):
         dist.reduce_scatter_tensor(out, xs[rank].clone())
         _bits_equal(out, RH.reduce_scatter(xs, NODES)[rank], "dense reduce_scatter_tensor")
 
-    q4 = dist.new_group(pg_options=ringzip.Options(codec="q4"))
+    q4 = dist.new_group(pg_options=ringzip.Options(codec="q4", transport="shm"))
+    with chk.case("shm_inside_nodes"):
+        assert ringzip.stats(q4)["topology"]["transport"] == "shm+gloo", ringzip.stats(q4)["topology"]
     with chk.case("q4_allreduce_and_reduce_scatter"):
         xs = _inputs(4, 200_000)
         x = xs[rank].clone()
@@ -135,4 +137,4 @@ def topology_checks(ctx):
 def test_node_layouts_in_process_groups():
     res = mp.run(topology_checks, 4, timeout=180)
     mp.raise_on_failures(mp.merge(res), "node layouts")
-    assert len(set().union(*(r["passed"] for r in res))) == 9, [sorted(r["passed"]) for r in res]
+    assert len(set().union(*(r["passed"] for r in res))) == 10, [sorted(r["passed"]) for r in res]
