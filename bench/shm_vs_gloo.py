@@ -174,9 +174,10 @@ def main() -> None:
     if 2 not in sizes:
         sizes.insert(0, 2)
     cpu = cpu_model()
-    print(f"# shm vs gloo (loopback TCP) -- {cpu}; medians of {args.reps} repetitions")
+    print(f"# shm vs gloo (loopback TCP) -- {cpu}; medians of {args.reps} repetitions; "
+          f"load average {os.getloadavg()[0]:.1f} (other users' work skews both, the ratios less)")
     print(f"# command: {' '.join([os.path.basename(sys.executable)] + sys.argv)}")
-    out = {"cpu": cpu, "command": " ".join(sys.argv), "reps": args.reps, "runs": {}}
+    out = {"cpu": cpu, "command": " ".join(sys.argv), "reps": args.reps, "load_before": os.getloadavg()[0], "runs": {}}
     for size in sizes:
         r = launch(size, args.reps, args.timeout)
         out["runs"][str(size)] = r
@@ -193,6 +194,8 @@ def main() -> None:
               f"ringzip ring on gloo {a['ringzip-gloo']:.1f}, ringzip ring on shm {a['shm']:.1f} "
               f"(shm vs gloo {a['gloo'] / a['shm']:.1f}x, vs ringzip-on-gloo {a['ringzip-gloo'] / a['shm']:.1f}x)")
         sys.stdout.flush()
+    out["load_after"] = os.getloadavg()[0]
+    print(f"# load average at the end {out['load_after']:.1f}")
     if args.out:
         with open(args.out, "w") as f:
             json.dump(out, f, indent=1)
