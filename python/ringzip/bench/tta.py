@@ -99,7 +99,7 @@ def _wire_bytes(row, group, state, params, steps, n) -> float:
     if row["backend"] == "ringzip":
         import ringzip
 
-        sent = sum(v["bytes_wire"] for v in ringzip.stats(group).values() if isinstance(v, dict))
+        sent = sum(v["bytes_wire"] for v in ringzip.stats(group).values() if isinstance(v, dict) and "bytes_wire" in v)
         return sent / steps if sent else ring_bytes(params, 4, n)
     if row["hook"] == "powersgd":
         compressed_steps = state.total_numel_before_compression / params
