@@ -148,19 +148,32 @@ def p2p(ctx):
             ra.wait()
             rb.wait()
             assert torch.equal(ga, _pattern(n, 7)) and torch.equal(gb, _pattern(8, 8))
-    with chk.case("both ranks send 16 MiB first, then receive"):
+    with chk.case("a send completes only once its receive is posted, as on Gloo"):
+        if ctx.rank == 0:
+            s = small.isend(_pattern(4, 3), peer, 30)  # fits in the ring at once
+            _raises(lambda: s.wait(0.3), "timed out after 300 ms", "send of 4 bytes to rank 1")
+            small.send(_pattern(1, 0), peer, 31)  # now the peer posts the receive
+            s.wait()
+        else:
+            small.recv(torch.empty(1, dtype=torch.uint8), peer, 31)
+            got = torch.empty(4, dtype=torch.uint8)
+            small.recv(got, peer, 30)
+            assert torch.equal(got, _pattern(4, 3))
+    with chk.case("both ranks post 16 MiB sends first, then receive"):
         n = 16 << 20
         out, got = _pattern(n, ctx.rank), torch.empty(n, dtype=torch.uint8)
         s = big.isend(out, peer, 5)
-        s.wait()  # completes only if the peer drains while it waits for its own send
-        big.recv(got, peer, 5)
+        big.recv(got, peer, 5)  # drains the peer's message while its own streams out
+        s.wait()
         assert torch.equal(got, _pattern(n, peer))
     with chk.case("size mismatch names both sizes, pair stays usable"):
         for late in (False, True):  # receive posted before / after the message was buffered
             m = 8 + late * 100_000
-            if ctx.rank == 0:
-                small.send(torch.zeros(m, dtype=torch.uint8), peer, 11)
-                small.send(_pattern(10, 1), peer, 12)
+            if ctx.rank == 0:  # the receiver matches tag 12 first when late: both sends posted
+                a = small.isend(torch.zeros(m, dtype=torch.uint8), peer, 11)
+                b = small.isend(_pattern(10, 1), peer, 12)
+                a.wait()  # a mismatched receive still takes the message: the send completes
+                b.wait()
             else:
                 got = torch.empty(10, dtype=torch.uint8)
                 if late:
@@ -333,17 +346,23 @@ def killed(ctx, pid_dir):
         pass
     t = _shm(ctx, "kill/", 64 << 10, timeout_s=KILL_TIMEOUT)
     victim = ctx.world_size - 1
+    killed_at = os.path.join(ctx.tmpdir, "killed_at")
     if ctx.rank == victim:
-        s = t.isend(_pattern(8 << 20, 1), 0, 1)  # noqa: F841 - only the first 64 KiB fit in the ring
+        # Rank 0 posts no receive before the death, so only the first 64 KiB fit in the ring:
+        # the victim dies with its message part written.
+        s = t.isend(_pattern(8 << 20, 1), 0, 1)  # noqa: F841
         time.sleep(0.5)
-        with open(os.path.join(ctx.tmpdir, "killed_at"), "w") as f:
+        with open(killed_at + ".tmp", "w") as f:
             f.write(repr(time.time()))
+        os.rename(killed_at + ".tmp", killed_at)
         os.kill(os.getpid(), signal.SIGKILL)
     elif ctx.rank == 0:
         with chk.case("the victim's receiver raises: died"):
+            while not os.path.exists(killed_at):
+                time.sleep(0.01)
             got = torch.empty(8 << 20, dtype=torch.uint8)
             _raises(lambda: t.recv(got, victim, 1), f"rank {victim} (pid", "died", within=5.0)
-            with open(os.path.join(ctx.tmpdir, "killed_at")) as f:
+            with open(killed_at) as f:
                 late = time.time() - float(f.read())
             assert late < 1.0, f"noticed the death {late:.2f} s late (pid check every 50 ms)"
         t.abort()  # as Comm::fail does: the ranks blocked on this one fail now

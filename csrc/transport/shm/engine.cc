@@ -21,6 +21,8 @@ constexpr std::chrono::milliseconds kWatchEvery{50};
 // posts the receive its peer waits for), so it may take long; on a loaded host, waits idle
 // for milliseconds all the time, and buffering then would only add copies.
 constexpr std::chrono::milliseconds kRescueAfter{50};
+// How long the progress thread leaves posted work to this rank's own waits (see background()).
+constexpr std::chrono::microseconds kGrace{500};
 
 // CPUs this process may run on.
 int usable_cpus() {
@@ -62,6 +64,7 @@ std::string hex(uint32_t v) {
 
 struct Engine::Unexpected {
   uint32_t tag;
+  uint64_t number;  // acknowledged when a receive takes it
   size_t bytes;
   size_t got = 0;
   std::unique_ptr<char[]> buf;
@@ -77,6 +80,8 @@ struct Engine::Peer {
   Producer out;  // this rank -> peer: a ring in the peer's segment
   Consumer in;   // peer -> this rank: a ring in our segment
   std::deque<std::shared_ptr<Op>> sends;  // posted, not all bytes written yet, in posting order
+  std::deque<std::shared_ptr<Op>> unacked;  // all bytes written, not matched by the peer yet
+  uint64_t next_number = 1;               // of the next message posted to this peer
   std::deque<std::shared_ptr<Op>> recvs;  // posted, no message matched yet, in posting order
   std::deque<std::shared_ptr<Unexpected>> unexpected;  // arrived before their receive
   // The message arriving now, into a receive, into an unexpected buffer, or nowhere (a failed
@@ -113,6 +118,7 @@ Engine::Engine(int rank, int size, size_t ring_bytes, Mapping own, std::vector<M
     peer->in = Consumer(own_.control(in_slot), own_.base() + layout.data() + in_slot * ring_bytes_, ring_bytes_);
     peers_[p] = std::move(peer);
   }
+  if (size_ > 1) thread_ = std::thread([this] { background(); });
 }
 
 Engine::~Engine() { close(); }
@@ -147,8 +153,10 @@ std::shared_ptr<Op> Engine::post_send(const void* data, size_t bytes, int peer, 
   Peer& p = peer_of(peer, "send");
   if (!p.gone.empty()) raise("cannot send to rank " + std::to_string(peer) + ": " + p.gone);
   auto op = std::make_shared<Op>(Op{true, peer, tag, static_cast<char*>(const_cast<void*>(data)), bytes});
+  op->number = p.next_number++;
   p.sends.push_back(op);
-  if (p.sends.size() == 1) push(p);  // small messages leave at once: the wait finds them done
+  if (p.sends.size() == 1) push(p);  // small messages leave at once
+  wake_thread();
   return op;
 }
 
@@ -167,12 +175,14 @@ std::shared_ptr<Op> Engine::post_recv(void* data, size_t bytes, int peer, uint32
   }
   if (!p.gone.empty()) raise("cannot receive from rank " + std::to_string(peer) + ": " + p.gone);
   p.recvs.push_back(op);
+  wake_thread();
   return op;
 }
 
 // A receive meets a message that arrived (in part or whole) before it was posted.
 void Engine::take(Peer& p, std::shared_ptr<Unexpected> u, const std::shared_ptr<Op>& op) {
   const bool still_arriving = p.arriving && p.into_buf == u;
+  acknowledge(p, u->number);
   if (u->bytes != op->bytes) {
     fail(*op, "rank " + std::to_string(p.rank) + " sends " + std::to_string(u->bytes) + " bytes under tag " +
                   hex(op->tag) + " but this receive takes " + std::to_string(op->bytes) + " bytes");
@@ -213,6 +223,7 @@ bool Engine::progress(bool rescue) {
     const uint32_t state = p.hdr->state.load(std::memory_order_acquire);
     moved |= drain(p, rescue);
     moved |= push(p);
+    moved |= check_acks(p);
     if (state && p.gone.empty()) {
       peer_gone(p, "rank " + std::to_string(p.rank) +
                        (state & kStateAborted ? " aborted its shm transport" : " closed its shm transport"));
@@ -280,6 +291,7 @@ bool Engine::begin_message(Peer& p, const FrameHeader& h) {
     if ((*it)->tag != h.tag) continue;
     auto op = *it;
     p.recvs.erase(it);
+    acknowledge(p, h.number);
     if (op->bytes == h.total) {
       p.into_op = std::move(op);
     } else {
@@ -290,6 +302,7 @@ bool Engine::begin_message(Peer& p, const FrameHeader& h) {
   }
   auto u = std::make_shared<Unexpected>();
   u->tag = h.tag;
+  u->number = h.number;
   u->bytes = h.total;
   u->buf.reset(new (std::nothrow) char[h.total]);
   if (!u->buf) {
@@ -306,14 +319,16 @@ bool Engine::push(Peer& p) {
   bool moved = false, rang = false;
   while (!p.sends.empty() && !interrupt_.load(std::memory_order_relaxed)) {
     Op& op = *p.sends.front();
+    if (op.done == 0 && !p.unacked.empty() && op.number - p.unacked.front()->number >= RingControl::kAckSlots)
+      break;  // its acknowledgement slot is still taken
     const size_t left = op.bytes - op.done;
     const size_t n = p.out.room(std::min(left, max_frame_), std::min(left, min_frame_));
     if (n == 0) break;
-    p.out.write(op.done ? FrameKind::Data : FrameKind::Message, op.tag, op.bytes, op.data + op.done, n);
+    p.out.write(op.done ? FrameKind::Data : FrameKind::Message, op.tag, op.bytes, op.number, op.data + op.done, n);
     op.done += n;
     moved = true;
-    if (op.done == op.bytes) {
-      complete(op);
+    if (op.done == op.bytes) {  // complete once the peer matched it (check_acks)
+      p.unacked.push_back(std::move(p.sends.front()));
       p.sends.pop_front();
     }
     rang = p.hdr->sleepers.load(std::memory_order_relaxed) > 0;  // wake a sleeping consumer now
@@ -335,7 +350,9 @@ void Engine::wait(Op& op, std::chrono::milliseconds timeout) {
   struct Leave {  // the last waiter out releases what close() could not
     Engine& e;
     ~Leave() {
-      if (--e.in_wait_ == 0 && e.closed_) e.release_memory();
+      if (--e.in_wait_ > 0) return;
+      if (e.closed_) e.release_memory();
+      if (e.pending()) e.wake_thread();  // the progress thread takes over what is still pending
     }
   } leave{*this};
   auto spin_until = start + spin_;
@@ -381,6 +398,85 @@ void Engine::wait(Op& op, std::chrono::milliseconds timeout) {
   }
 }
 
+void Engine::acknowledge(Peer& p, uint64_t number) {
+  if (number == 0) return;
+  p.in.control()->acks[number % RingControl::kAckSlots].store(number, std::memory_order_release);
+  ring_bell(p.hdr);  // its sender may sleep waiting for this
+}
+
+bool Engine::check_acks(Peer& p) {
+  bool moved = false;
+  for (auto it = p.unacked.begin(); it != p.unacked.end();) {
+    Op& op = **it;
+    if (p.out.control()->acks[op.number % RingControl::kAckSlots].load(std::memory_order_acquire) != op.number) {
+      ++it;
+      continue;
+    }
+    complete(op);
+    it = p.unacked.erase(it);
+    moved = true;
+  }
+  return moved;
+}
+
+bool Engine::pending() const {
+  for (const auto& p : peers_)
+    if (p && p->gone.empty() && (!p->sends.empty() || !p->unacked.empty() || !p->recvs.empty() || p->arriving))
+      return true;
+  return parked_;
+}
+
+void Engine::wake_thread() {
+  if (!thread_parked_ || in_wait_ > 0) return;
+  thread_parked_ = false;
+  idle_cv_.notify_one();
+}
+
+// The progress thread: passes while something is pending and no thread waits (wait() drives
+// progress itself then), sleeping on the doorbell between passes that moved nothing. Woken
+// by a post or by the last waiter leaving, it first gives this rank's threads kGrace to wait
+// themselves: in the common post-then-wait pattern it then never touches the rings.
+void Engine::background() {
+  std::unique_lock<std::mutex> lk(mu_);
+  auto idle_since = Clock::now();
+  bool graced = false;
+  while (!stop_thread_) {
+    if (in_wait_ > 0 || !shut_.empty() || !pending()) {
+      thread_parked_ = true;
+      idle_cv_.wait(lk, [this] { return stop_thread_ || !thread_parked_; });
+      graced = false;
+      continue;
+    }
+    if (!graced) {
+      graced = true;
+      idle_cv_.wait_for(lk, kGrace, [this] { return stop_thread_; });
+      idle_since = Clock::now();
+      continue;
+    }
+    const uint32_t seq = me_->bell.load(std::memory_order_seq_cst);
+    auto now = Clock::now();
+    if (progress(now - idle_since >= kRescueAfter)) {
+      idle_since = Clock::now();
+      continue;
+    }
+    if (now - last_watch_ >= kWatchEvery) {
+      last_watch_ = now;
+      watch_peers();
+    }
+    me_->sleepers.fetch_add(1, std::memory_order_seq_cst);
+    ++local_sleepers_;
+    if (me_->bell.load(std::memory_order_seq_cst) == seq) {
+      lk.unlock();
+      Clock::duration nap = kWatchEvery;
+      if (parked_) nap = std::max<Clock::duration>(std::chrono::microseconds(100), idle_since + kRescueAfter - now);
+      futex_wait(&me_->bell, seq, nap);
+      lk.lock();
+    }
+    --local_sleepers_;
+    me_->sleepers.fetch_sub(1, std::memory_order_seq_cst);
+  }
+}
+
 void Engine::watch_peers() {
   for (auto& pp : peers_) {
     if (!pp || !pp->gone.empty() || !pp->watch_pid) continue;
@@ -394,6 +490,8 @@ void Engine::watch_peers() {
 void Engine::peer_gone(Peer& p, const std::string& why) {
   p.gone = why;
   for (auto& op : p.sends) fail(*op, why);
+  for (auto& op : p.unacked) fail(*op, why);
+  p.unacked.clear();
   for (auto& op : p.recvs) fail(*op, why);
   if (p.into_op) fail(*p.into_op, why);
   if (p.into_buf) p.unexpected.erase(std::find(p.unexpected.begin(), p.unexpected.end(), p.into_buf));
@@ -436,10 +534,22 @@ void Engine::abort() noexcept {
 
 void Engine::close() noexcept {
   interrupt_.store(true);
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (closed_) return;
+    shut(kStateClosed, "the transport was closed");
+    closed_ = true;
+    stop_thread_ = true;
+    thread_parked_ = false;
+    idle_cv_.notify_all();
+  }
+  if (thread_.joinable()) {
+    if (thread_.get_id() == std::this_thread::get_id())
+      thread_.detach();
+    else
+      thread_.join();
+  }
   std::lock_guard<std::mutex> lk(mu_);
-  if (closed_) return;
-  shut(kStateClosed, "the transport was closed");
-  closed_ = true;
   if (in_wait_ == 0) release_memory();
 }
 

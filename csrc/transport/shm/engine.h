@@ -19,15 +19,22 @@
 // that both send before they receive never deadlock. Sizes must be equal: a message of another
 // size than its receive fails that receive (both sizes named) and is discarded.
 //
-// A send is complete once all its bytes are in the ring: its buffer is free then, and a rank
-// needs the other only to drain, which any wait of the other does. So a send larger than the
-// ring completes only while its receiver waits on this transport (ring sizes: shm_transport.h).
+// A send is complete once all its bytes are in the ring and the receiver matched the message
+// with a posted receive (it acknowledges in the ring's control, RingControl::acks), as on Gloo.
+//
+// A progress thread moves what is posted while no thread of this rank waits on the transport
+// (say, it waits on Gloo for a peer on another node, transport/routed.h): a message larger than
+// the ring then still streams out as the receiver frees space, and messages from peers are
+// matched (acknowledged) while this rank is busy elsewhere. It touches the rings only while
+// work is pending, no waiter is inside and none came within 500 us of the post.
 #include <chrono>
 #include <deque>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
+#include <condition_variable>
 
 #include "transport/shm/ring.h"
 #include "transport/shm/segment.h"
@@ -42,6 +49,7 @@ struct Op {
   char* data;
   size_t bytes;
   size_t done = 0;  // bytes moved
+  uint64_t number = 0;  // send: its message number in the ring to `peer` (RingControl::acks)
   State state = State::Pending;
   std::string error;  // why it failed
 };
@@ -84,6 +92,11 @@ class Engine {
   void fail(Op& op, const std::string& why);
   void peer_gone(Peer& p, const std::string& why);
   void watch_peers();
+  void acknowledge(Peer& p, uint64_t number);
+  bool check_acks(Peer& p);
+  bool pending() const;
+  void background();
+  void wake_thread();
   void shut(uint32_t state_bit, const std::string& why);
   void release_memory();
   std::string describe(const Op& op) const;
@@ -103,6 +116,10 @@ class Engine {
   bool parked_ = false;                       // the last pass left an unposted message in a ring
   std::chrono::steady_clock::time_point last_watch_;
   std::atomic<bool> interrupt_{false};        // abort/close: stop copying between frames
+  std::condition_variable idle_cv_;           // wakes the progress thread: work while no waiter
+  bool stop_thread_ = false;
+  bool thread_parked_ = false;                // the progress thread sleeps until wake_thread()
+  std::thread thread_;                        // background(); started last, joined by close()
 };
 
 }  // namespace ringzip::shm

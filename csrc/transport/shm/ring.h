@@ -27,7 +27,7 @@ struct FrameHeader {
   uint32_t tag;
   uint64_t payload;  // bytes after the header in this frame
   uint64_t total;    // Message: bytes of the whole message
-  uint64_t reserved;
+  uint64_t number;  // Message: the message's number in this ring (from 1; RingControl::acks)
 };
 static_assert(sizeof(FrameHeader) == 32);
 
@@ -40,6 +40,7 @@ class Producer {
  public:
   Producer() = default;
   Producer(RingControl* ctl, char* data, size_t cap) : ctl_(ctl), data_(data), cap_(cap) {}
+  RingControl* control() const { return ctl_; }
 
   // How many payload bytes (at most `want`, at least `least`, 1 <= least <= want) one frame can
   // carry now; 0 when the ring has not room for `least`. Writes a Wrap frame when only the
@@ -52,7 +53,7 @@ class Producer {
       const size_t room = std::min(free, contig);
       if (room >= frame_bytes(least)) return std::min(want, room - sizeof(FrameHeader));
       if (contig >= free) return 0;  // wrapping would not help: wait for the consumer
-      put_header(FrameKind::Wrap, 0, 0, 0);
+      put_header(FrameKind::Wrap, 0, 0, 0, 0);
       head_ += contig;
       ctl_->head.store(head_, std::memory_order_release);
     }
@@ -60,16 +61,16 @@ class Producer {
   }
 
   // Writes and publishes one frame; `n` must not exceed what room() allowed.
-  void write(FrameKind kind, uint32_t tag, uint64_t total, const void* src, size_t n) {
-    put_header(kind, tag, n, total);
+  void write(FrameKind kind, uint32_t tag, uint64_t total, uint64_t number, const void* src, size_t n) {
+    put_header(kind, tag, n, total, number);
     std::memcpy(data_ + head_ % cap_ + sizeof(FrameHeader), src, n);
     head_ += frame_bytes(n);
     ctl_->head.store(head_, std::memory_order_release);
   }
 
  private:
-  void put_header(FrameKind kind, uint32_t tag, uint64_t payload, uint64_t total) {
-    FrameHeader h{kind, tag, payload, total, 0};
+  void put_header(FrameKind kind, uint32_t tag, uint64_t payload, uint64_t total, uint64_t number) {
+    FrameHeader h{kind, tag, payload, total, number};
     std::memcpy(data_ + head_ % cap_, &h, sizeof h);
   }
 
@@ -84,6 +85,7 @@ class Consumer {
  public:
   Consumer() = default;
   Consumer(RingControl* ctl, char* data, size_t cap) : ctl_(ctl), data_(data), cap_(cap) {}
+  RingControl* control() const { return ctl_; }
 
   // The next frame (Wrap frames are skipped here), or false when the ring is empty. A header
   // that cannot be a frame of this ring (a peer writing garbage) returns true with

@@ -21,7 +21,7 @@
 namespace ringzip::shm {
 
 constexpr uint64_t kMagic = 0x315a52474e495221ull;  // "!RINGRZ1"
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;  // 2: acknowledgements of matched messages
 
 // Bits of SegmentHeader::state.
 constexpr uint32_t kStateClosed = 1;   // the owner closed its transport (peers drain, then fail)
@@ -53,6 +53,12 @@ struct alignas(64) SegmentHeader {
 struct alignas(64) RingControl {
   alignas(64) std::atomic<uint64_t> head;  // bytes the producer published (monotonic)
   alignas(64) std::atomic<uint64_t> tail;  // bytes the consumer released (monotonic)
+  // Messages the consumer matched with a posted receive: slot n % kAckSlots holds n (messages
+  // are numbered from 1 per ring). A send completes only then, as on Gloo, so calls that differ
+  // between ranks stall (and check="auto" names them) instead of completing on both sides
+  // without a byte received; a sender keeps fewer than kAckSlots messages unacknowledged.
+  static constexpr size_t kAckSlots = 4096;
+  alignas(64) std::atomic<uint64_t> acks[kAckSlots];
 };
 
 // Offsets inside a segment of `size` ranks with rings of `ring_bytes`.
