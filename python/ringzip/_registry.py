@@ -116,9 +116,12 @@ def create_backend(dist_opts, pg_options):
     # Shared memory among the ranks of this node (CPU tensors): its rendezvous finds every rank of
     # the node already here (they published their node keys), so a minute is plenty.
     shm_store = None
-    if opts.transport == "shm" and node_of.count(node_of[rank]) > 1:
+    if opts.transport in ("auto", "shm") and node_of.count(node_of[rank]) > 1:
         shm_store = PrefixStore(f"ringzip/shm/{node_of[rank]}/", dist_opts.store)
     why = backend.set_topology(node_of, shm_store, min(timeout, timedelta(seconds=60)))
+    if why and opts.transport == "shm":
+        raise RuntimeError(f"ringzip: Options(transport='shm'): shared memory between the ranks of this "
+                           f"node is unusable ({why}); transport='auto' falls back to Gloo over loopback")
     if why:
         warnings.warn(f"ringzip: shared memory between the ranks of this node is unusable ({why}); they "
                       f"exchange messages through Gloo over loopback instead", stacklevel=2)

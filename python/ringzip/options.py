@@ -35,10 +35,11 @@ class Options:
     error_feedback: keep the compression error and add it to the next call's input;
         ``None``: on for biased codecs (topk, randomk, q1, nearest rounding).
     seed: seed of stochastic rounding and random-k selection (same on all ranks).
-    transport: ``auto``: CPU tensors through Gloo (TCP), CUDA tensors through NCCL when this
-        build has CUDA. ``shm``: in addition, CPU tensors between ranks of one node through
-        shared memory (being validated: not yet the default). ``gloo``: everything through Gloo
-        (CUDA tensors host-staged).
+    transport: ``auto``: CPU tensors between ranks of one node through shared memory
+        (``csrc/transport/shm/``; Gloo over loopback when it cannot be set up, with a warning),
+        all other CPU traffic through Gloo (TCP), CUDA tensors through NCCL when this build has
+        CUDA. ``shm``: the same, but a node whose shared memory cannot be set up is an error.
+        ``gloo``: everything through Gloo (CUDA tensors host-staged).
     hierarchy: ``auto`` (node-aware when every node holds the same number of ranks, more than
         one node and more than one rank per node), ``node`` (the same, with a warning and flat
         calls when the layout does not allow it) or ``flat`` (every rank alike). Node-aware

@@ -42,7 +42,7 @@ def topology_checks(ctx):
         t = ringzip.stats()["topology"]
         assert t["node_of"] == NODES and t["nodes"] == 2 and t["ranks_per_node"] == 2, t
         assert t["node_aware"] and t["flat_reason"] == "" and t["hierarchy"] == "auto", t
-        assert t["transport"] == "gloo", t  # shared memory is opt-in (transport="shm")
+        assert t["transport"] == "shm+gloo", t  # shared memory inside a node by default
     with chk.case("dense_allreduce_node_aware"):
         xs = _inputs(1, 300_000)  # 1.2 MB: node-aware
         x = xs[rank].clone()
@@ -62,6 +62,13 @@ def topology_checks(ctx):
     q4 = dist.new_group(pg_options=ringzip.Options(codec="q4", transport="shm"))
     with chk.case("shm_inside_nodes"):
         assert ringzip.stats(q4)["topology"]["transport"] == "shm+gloo", ringzip.stats(q4)["topology"]
+    with chk.case("transport_gloo_keeps_nodes_on_gloo"):
+        g = dist.new_group(pg_options=ringzip.Options(transport="gloo"))
+        assert ringzip.stats(g)["topology"]["transport"] == "gloo", ringzip.stats(g)["topology"]
+        xs = _inputs(6, 300_000)
+        x = xs[rank].clone()
+        dist.all_reduce(x, group=g)
+        _bits_equal(x, RH.allreduce(xs, NODES)[rank], "dense all_reduce over gloo only")
     with chk.case("q4_allreduce_and_reduce_scatter"):
         xs = _inputs(4, 200_000)
         x = xs[rank].clone()
@@ -137,4 +144,4 @@ def topology_checks(ctx):
 def test_node_layouts_in_process_groups():
     res = mp.run(topology_checks, 4, timeout=180)
     mp.raise_on_failures(mp.merge(res), "node layouts")
-    assert len(set().union(*(r["passed"] for r in res))) == 10, [sorted(r["passed"]) for r in res]
+    assert len(set().union(*(r["passed"] for r in res))) == 11, [sorted(r["passed"]) for r in res]
