@@ -404,6 +404,20 @@ def test_stale_segments_swept_and_failed_setup_leaves_nothing():
             os.unlink(stale)
 
 
+def failed_setup(ctx):
+    # rank 1 cannot reserve its segment (1 TiB of rings): both ranks fail at once, naming it,
+    # instead of rank 0 waiting out the 30 s setup timeout
+    ring = (1 << 40) if ctx.rank == 1 else 0
+    msg, took = _raises(lambda: _shm(ctx, "fail/", ring, timeout_s=30.0), "setup failed", within=10.0)
+    assert "shared memory" in msg, msg
+    return {"pid": os.getpid(), "msg": msg}
+
+
+def test_a_rank_that_cannot_set_up_fails_the_others_at_once():
+    res = _launch(failed_setup, 2, timeout=60.0)
+    assert "rank 1 of this node" in res[0]["msg"], res[0]["msg"]
+
+
 def test_bad_arguments_and_a_group_of_one():
     store = dist.HashStore()
     with pytest.raises(ValueError, match="out of range"):

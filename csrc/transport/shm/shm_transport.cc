@@ -121,10 +121,25 @@ std::unique_ptr<Transport> make_shm_transport(const c10::intrusive_ptr<c10d::Sto
 
   const std::string name = shm::new_segment_name();
   shm::Mapping own;
+  // A rank that cannot set up publishes why in place of its segment or mapped mark, so the
+  // others fail at once instead of at the timeout (the caller falls back to Gloo).
+  auto give_up = [&](const char* what, const std::string& why) {
+    try {
+      store->set(key(what, rank), bytes_of("!" + why));
+    } catch (const std::exception&) {  // the store is gone too: the others time out
+    }
+    setup_error(rank, size, why);
+  };
+  auto value = [&](const char* what, int p) {
+    const auto v = store->get(key(what, p));
+    std::string s(v.begin(), v.end());
+    if (!s.empty() && s[0] == '!') throw std::runtime_error("rank " + std::to_string(p) + " of this node: " + s.substr(1));
+    return s;
+  };
   try {
     own = shm::create_segment(name, shm::Layout{size, ring}.total());
   } catch (const std::exception& e) {
-    setup_error(rank, size, e.what());
+    give_up("segment", e.what());
   }
   bool linked = true;
   struct Unlink {  // the segment must not outlive a failed setup
@@ -142,25 +157,28 @@ std::unique_ptr<Transport> make_shm_transport(const c10::intrusive_ptr<c10d::Sto
     return std::max(std::chrono::milliseconds(1), std::chrono::duration_cast<std::chrono::milliseconds>(
                                                       deadline - std::chrono::steady_clock::now()));
   };
+  bool mapped = false;
   try {
     store->set(key("segment", rank), bytes_of(name));
     for (int p = 0; p < size; ++p) {
       if (p == rank) continue;
       store->wait({key("segment", p)}, left());
-      const auto v = store->get(key("segment", p));
-      const std::string peer_name(v.begin(), v.end());
+      const std::string peer_name = value("segment", p);
       peers[p] = shm::open_segment(peer_name);
       std::atomic_thread_fence(std::memory_order_acquire);
       check_header(peers[p], p, size, ring, peer_name);
     }
     // Unlink only once every rank mapped every segment.
     store->set(key("mapped", rank), bytes_of("1"));
-    std::vector<std::string> all;
-    for (int p = 0; p < size; ++p) all.push_back(key("mapped", p));
-    store->wait(all, left());
+    mapped = true;
+    for (int p = 0; p < size; ++p) {
+      store->wait({key("mapped", p)}, left());
+      value("mapped", p);
+    }
   } catch (const std::exception& e) {
     shm::sweep_stale_segments();  // a peer that died during setup left its segment
-    setup_error(rank, size, e.what());
+    if (mapped) setup_error(rank, size, e.what());
+    give_up("mapped", e.what());
   }
   shm::unlink_segment(name);
   linked = false;
