@@ -59,7 +59,7 @@ def worker(rank: int, size: int, tmp: str, reps: int) -> None:
     torch.set_num_threads(1)
     store = dist.FileStore(os.path.join(tmp, "store"), size)
     dist.init_process_group("gloo", store=dist.PrefixStore("gloo/", store), rank=rank, world_size=size)
-    rz = dist.new_group(backend="ringzip")
+    rz = dist.new_group(backend="ringzip", pg_options=ringzip.Options(transport="gloo"))  # Gloo only
     shm = _C.ShmTransport(dist.PrefixStore("shm/", store), rank, size, 120.0)
     res: dict = {"pingpong_us": {}, "bandwidth_gbs": {}, "allreduce_ms": {}}
     peer = 1 - rank

@@ -221,7 +221,7 @@ def run(args) -> int:
     link_desc = fmt_rate(rate_bits) if not net_arg else f"--net {net_arg}"
     extra = {"command": "ringzip-bench " + shlex.join(getattr(args, "argv", None) or []),
              **({"machines": f"{nodes} emulated nodes x {per_node} ranks: a network namespace and one NIC per node, "
-                          "shared by its ranks; inside a node over loopback, unshaped"} if nodes else {}),
+                          "shared by its ranks; inside a node unshaped (ringzip: shared memory; gloo: loopback TCP)"} if nodes else {}),
              "op": f"{opt['op']}  dtype {dtype}  sizes {fmt_bytes(sizes[0])}..{fmt_bytes(sizes[-1])} x{opt['factor']:g}",
              "configs": ", ".join(c["key"] for c in cfgs),
              "iterations": f"<= {opt['iters']} (budget {opt['time_budget']} s/row, min {args.min_iters}), "
