@@ -14,10 +14,11 @@ SOURCES := $(shell find csrc python tools CMakeLists.txt pyproject.toml cmake -t
 
 .PHONY: bench test install clean
 
+# scikit-learn: the digits data set of `ringzip-bench train --task digits` (optional elsewhere)
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q "$(TORCH)" numpy pytest scikit-build-core cmake ninja matplotlib
+	$(BIN)/pip install -q "$(TORCH)" numpy pytest scikit-build-core cmake ninja matplotlib scikit-learn
 
 # Builds the wheel against the torch in the venv (no build isolation: the extension must
 # match that torch exactly). CUDA sources compile when torch has CUDA and nvcc is found.

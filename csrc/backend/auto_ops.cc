@@ -3,6 +3,7 @@
 #include <chrono>
 
 #include "backend/backend.h"
+#include "backend/compressed_run.h"
 #include "backend/tensors.h"
 #include "collective/hierarchy/hierarchy.h"
 #include "collective/reduce.h"
@@ -55,9 +56,12 @@ void RingzipBackend::exact_under_auto(Comm& c, const at::Tensor& x, const Compre
     ringzip::allreduce(c, b, RedOp::Sum, plan.dense);
   });
   finish();
-  const double ring_factor = reduce_scatter ? 1.0 * (n - 1) / n : 2.0 * (n - 1) / n;
-  comp_.record("none", {1, in_bytes, c.bytes_sent, static_cast<uint64_t>(ring_factor * in_bytes), 0,
-                        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()});
+  // As run_compressed counts: node-aware calls file the bytes between nodes as bytes_wire and the
+  // exact steps inside the node as bytes_intra_node.
+  CodecStats d{1, in_bytes, c.bytes_sent, static_cast<uint64_t>(dense_factor_of(nodes, n, !reduce_scatter) * in_bytes),
+               0, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()};
+  d.bytes_intra_node = c.bytes_intra_node;
+  comp_.record("none", d);
 }
 
 void RingzipBackend::run_dense_allreduce(Comm& c, Buf b, const Reduction& red, AllreduceAlgo algo,

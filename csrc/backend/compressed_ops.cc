@@ -91,7 +91,7 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::maybe_compressed_allreduce(
                    Tuner* observe = cc.autotune && !nodes ? &tuner_ : nullptr;  // node-aware calls: not observed
                    if (!run.enabled()) return exact_under_auto(c, x, which, red, in_bytes, plan, nodes, false, finish);
                    run_compressed(
-                       c, comp_, run, x, which, red, in_bytes, 2.0 * (n - 1) / n,
+                       c, comp_, run, x, which, red, in_bytes, dense_factor_of(nodes, n, true),
                        [&](const CompressedCall& call) {
                          run_observed(observe, plan, c, [&] {
                            if (nodes) return hierarchical_compressed_allreduce(c, *nodes, x.data_ptr<float>(), x.numel(), call);
@@ -129,7 +129,7 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::maybe_compressed_reduce_scatter(
                    Tuner* observe = cc.autotune && !nodes ? &tuner_ : nullptr;
                    if (!run.enabled()) return exact_under_auto(c, x, which, red, in_bytes, plan, nodes, true, finish);
                    run_compressed(
-                       c, comp_, run, x, which, red, in_bytes, 1.0 * (n - 1) / n,
+                       c, comp_, run, x, which, red, in_bytes, dense_factor_of(nodes, n, false),
                        [&](const CompressedCall& call) {
                          run_observed(observe, plan, c, [&] {
                            float* data = x.data_ptr<float>();

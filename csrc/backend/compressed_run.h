@@ -10,6 +10,7 @@
 #include "codec/codec.h"
 #include "collective/comm.h"
 #include "collective/compressed.h"
+#include "collective/hierarchy/layout.h"
 
 namespace ringzip {
 
@@ -43,7 +44,8 @@ inline CompressedCall call_of(const CompressionConfig& cc, const Compression::Ca
 // hand the call's RNG number and error-feedback residual (Compression::begin_call, taken on the
 // caller's thread) to the algorithm (which adds the residual to x), run `algo`, then `finish`
 // (post-scale, write-back) and the stats.
-// `dense_factor`: bytes an exact ring algorithm would send per input byte.
+// `dense_factor`: bytes an exact ring algorithm would send per input byte (node-aware: in the
+// inter-node step, dense_factor_of).
 template <typename Algo, typename Finish>
 void run_compressed(Comm& c, Compression& comp, const CompressionConfig& cc, const at::Tensor& x,
                     const Compression::Call& which, const Reduction& red, uint64_t in_bytes, double dense_factor,
@@ -54,9 +56,20 @@ void run_compressed(Comm& c, Compression& comp, const CompressionConfig& cc, con
   if (which.residual.defined()) call.residual = which.residual.data_ptr<float>();  // the algorithm adds it to x
   algo(call);
   finish();
-  comp.record(cc.stats_name(), {1, in_bytes, c.bytes_sent, static_cast<uint64_t>(dense_factor * in_bytes),
-                         c.codec_seconds,
-                         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()});
+  CodecStats d{1, in_bytes, c.bytes_sent, static_cast<uint64_t>(dense_factor * in_bytes), c.codec_seconds,
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()};
+  d.bytes_intra_node = c.bytes_intra_node;
+  comp.record(cc.stats_name(), d);
+}
+
+// Bytes an exact ring all-reduce (reduce-scatter: half of it) sends per input byte, among the
+// ranks of the group (flat) or in the inter-node step (node-aware: among N nodes, on 1/P of
+// the input).
+inline double dense_factor_of(const NodeLayout* nodes, int n, bool allreduce) {
+  const double f = allreduce ? 2.0 : 1.0;
+  if (!nodes) return f * (n - 1) / n;
+  const int big_n = nodes->nodes();
+  return f * (big_n - 1) / big_n / nodes->ranks_per_node();
 }
 
 }  // namespace ringzip

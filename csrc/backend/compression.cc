@@ -101,6 +101,7 @@ void Compression::record(const std::string& codec, const CodecStats& d) {
   s.codec_seconds += d.codec_seconds;
   s.total_seconds += d.total_seconds;
   s.overflows += d.overflows;
+  s.bytes_intra_node += d.bytes_intra_node;
 }
 
 std::map<std::string, CodecStats> Compression::stats() const {

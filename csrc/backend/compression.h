@@ -62,6 +62,7 @@ struct CodecStats {
   // values or sums beyond fp16's largest finite 65504 became inf on the wire (or another rank's
   // input already held Inf/NaN, e.g. an AMP overflow step).
   uint64_t overflows = 0;
+  uint64_t bytes_intra_node = 0;  // node-aware calls: the exact steps inside the node (bytes_sent: between nodes)
 };
 
 // Error-feedback residuals and the compressed-call counter of one group.

@@ -94,7 +94,7 @@ void compressed_allreduce_on(Comm& c, Compression& comp, const CompressionConfig
   at::Tensor x = (t.is_contiguous() && t.scalar_type() == at::kFloat) ? t : t.to(at::kFloat).contiguous();
   const int n = c.size();
   run_compressed(
-      c, comp, cc, x, which, red, t.nbytes(), 2.0 * (n - 1) / n,
+      c, comp, cc, x, which, red, t.nbytes(), dense_factor_of(nodes, n, true),
       [&](const CompressedCall& call) {
         if (nodes) return hierarchical_compressed_allreduce(c, *nodes, x.data_ptr<float>(), x.numel(), call);
         compressed_allreduce(c, x.data_ptr<float>(), x.numel(), call);
@@ -136,7 +136,7 @@ void compressed_reduce_scatter_on(Comm& c, Compression& comp, const CompressionC
   const Compression::Call which = begin_compressed(comp, cc, identity, x.numel(), x.device());
   const int n = c.size();
   run_compressed(
-      c, comp, cc, x, which, red, flat.nbytes(), 1.0 * (n - 1) / n,
+      c, comp, cc, x, which, red, flat.nbytes(), dense_factor_of(nodes, n, false),
       [&](const CompressedCall& call) {
         if (nodes) return hierarchical_compressed_reduce_scatter(c, *nodes, x.data_ptr<float>(), x.numel(), call);
         compressed_reduce_scatter(c, x.data_ptr<float>(), x.numel(), call);

@@ -18,7 +18,9 @@ struct Comm {
   uint32_t seq;
   std::chrono::steady_clock::time_point deadline;
   std::string op;  // e.g. "allreduce"; names the call in error messages
-  size_t bytes_sent = 0;   // this rank's payload bytes posted to the transport
+  size_t bytes_sent = 0;   // this rank's payload bytes posted to the transport (node-aware
+                           // calls: between nodes; the steps inside the node count below)
+  size_t bytes_intra_node = 0;
   double codec_seconds = 0;  // time inside codec kernels (compressed algorithms)
 
   int rank() const { return net.rank(); }

@@ -6,6 +6,7 @@
 #include "backend/backend.h"
 #include "python/bindings.h"
 #include "transport/gloo/gloo_transport.h"
+#include "transport/shm/shm_transport.h"
 
 namespace py = pybind11;
 
@@ -64,6 +65,33 @@ py::dict auto_state(const Tuner::Summary& s) {
   last["model_s"] = s.last_model;          // the model alone
   d["last"] = last;
   return d;
+}
+
+// The shared-memory transport among the ranks of this rank's node, or nullptr with `why`. The
+// ranks of the node agree through the store: shared memory is used only where every one of them
+// set it up (a rank that routed to a peer over shared memory while the peer used Gloo would
+// wait forever).
+std::unique_ptr<Transport> local_transport(const std::vector<int>& node_of, int rank,
+                                           const c10::intrusive_ptr<c10d::Store>& store,
+                                           std::chrono::milliseconds timeout, std::string& why) {
+  const NodeLayout lay(node_of);
+  const auto& members = lay.members(lay.node(rank));
+  if (members.size() < 2) return nullptr;
+  std::unique_ptr<Transport> t;
+  try {
+    t = make_shm_transport(store, lay.local_rank(rank), static_cast<int>(members.size()), timeout);
+  } catch (const std::exception& e) {
+    why = e.what();
+  }
+  const std::string mine = why.empty() ? "ok" : why;
+  store->set("status/" + std::to_string(lay.local_rank(rank)), std::vector<uint8_t>(mine.begin(), mine.end()));
+  for (size_t q = 0; q < members.size() && why.empty(); ++q) {
+    const auto v = store->get("status/" + std::to_string(q));
+    const std::string s(v.begin(), v.end());
+    if (s != "ok") why = "rank " + std::to_string(members[q]) + " of this node could not set it up: " + s;
+  }
+  if (!why.empty() && t) t->close();
+  return why.empty() ? std::move(t) : nullptr;
 }
 
 }  // namespace
@@ -128,10 +156,20 @@ void bind_backend(py::module_& m) {
              d["hierarchy"] = hierarchy_name(b.hierarchy());
              return d;
            })
-      // The node of every rank (ringzip._registry computes it from the ranks' node keys).
+      // The node of every rank (ringzip._registry computes it from the ranks' node keys) and,
+      // with `shm_store`, a shared-memory transport among this rank's node (local_transport).
+      // Returns why shared memory is not used ("" when it is, or was not asked for).
       .def("set_topology",
-           [](RingzipBackend& b, const std::vector<int>& node_of) { b.set_topology(node_of, nullptr); },
-           py::arg("node_of"), py::call_guard<py::gil_scoped_release>())
+           [](RingzipBackend& b, const std::vector<int>& node_of,
+              const std::optional<c10::intrusive_ptr<c10d::Store>>& shm_store, std::chrono::milliseconds timeout) {
+             std::string why;
+             std::unique_ptr<Transport> local;
+             if (shm_store && *shm_store) local = local_transport(node_of, b.getRank(), *shm_store, timeout, why);
+             b.set_topology(node_of, std::move(local));
+             return why;
+           },
+           py::arg("node_of"), py::arg("shm_store") = py::none(), py::arg("timeout") = std::chrono::milliseconds(60000),
+           py::call_guard<py::gil_scoped_release>())
       .def("topology",
            [](const RingzipBackend& b) {
              const NodeLayout& lay = b.layout();
@@ -161,6 +199,7 @@ void bind_backend(py::module_& m) {
                d["codec_seconds"] = s.codec_seconds;
                d["total_seconds"] = s.total_seconds;
                if (name == "fp16") d["overflows"] = s.overflows;
+               d["bytes_intra_node"] = s.bytes_intra_node;
                out[py::str(name)] = d;
              }
              return out;

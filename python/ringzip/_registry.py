@@ -1,6 +1,7 @@
 """Creates ringzip backends for torch.distributed and finds them again per group."""
 from __future__ import annotations
 
+import logging
 import sys
 import warnings
 from datetime import timedelta
@@ -11,6 +12,8 @@ from torch.distributed import PrefixStore
 
 from . import _C, _topology
 from .options import Options, compressed_algorithm, dense_algorithm
+
+log = logging.getLogger("ringzip")
 
 # Current Options per backend (keyed by the C++ object: torch may hand out a fresh Python
 # wrapper for the same backend, e.g. torch 2.11). The C++ side holds the applied values.
@@ -34,6 +37,8 @@ def apply_options(backend: "_C.RingzipBackend", opts: Options) -> None:
     )
     _options[backend.identity] = opts
     topo = backend.topology()
+    log.info("ringzip rank %d of a group: %s, %s, transport %s", backend.rank(), topo["layout"],
+             "node-aware" if topo["node_aware"] else f"flat ({topo['flat_reason']})", topo["transport"])
     if opts.hierarchy == "node" and not topo["node_aware"]:
         warnings.warn(f"ringzip: hierarchy='node': {topo['flat_reason']} ({topo['layout']}), so the group's "
                       f"all-reduce and reduce-scatter run flat", stacklevel=3)
@@ -106,8 +111,20 @@ def create_backend(dist_opts, pg_options):
     store = PrefixStore("ringzip/transport/", dist_opts.store)
     gloo = dist.ProcessGroupGloo(store, dist_opts.group_rank, dist_opts.group_size, timeout)
     backend = _C.RingzipBackend(gloo, timeout, str(dist_opts.group_id))
-    topo_store = PrefixStore("ringzip/topology/", dist_opts.store)
-    backend.set_topology(_topology.node_of_ranks(topo_store, dist_opts.group_rank, dist_opts.group_size))
+    rank = dist_opts.group_rank
+    node_of = _topology.node_of_ranks(PrefixStore("ringzip/topology/", dist_opts.store), rank, dist_opts.group_size)
+    # Shared memory among the ranks of this node (CPU tensors): its rendezvous finds every rank of
+    # the node already here (they published their node keys), so a minute is plenty.
+    shm_store = None
+    if opts.transport in ("auto", "shm") and node_of.count(node_of[rank]) > 1:
+        shm_store = PrefixStore(f"ringzip/shm/{node_of[rank]}/", dist_opts.store)
+    why = backend.set_topology(node_of, shm_store, min(timeout, timedelta(seconds=60)))
+    if why and opts.transport == "shm":
+        raise RuntimeError(f"ringzip: Options(transport='shm'): shared memory between the ranks of this "
+                           f"node is unusable ({why}); transport='auto' falls back to Gloo over loopback")
+    if why:
+        warnings.warn(f"ringzip: shared memory between the ranks of this node is unusable ({why}); they "
+                      f"exchange messages through Gloo over loopback instead", stacklevel=2)
     apply_options(backend, opts)
     backend.enable_mismatch_watch(PrefixStore("ringzip/watch/", dist_opts.store))
     _maybe_enable_cuda(backend, dist_opts.store, opts)

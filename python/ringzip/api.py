@@ -42,7 +42,9 @@ def stats(group=None, reset: bool = False) -> dict:
     (bytes this rank sent), ratio (what an exact ring all-reduce would have sent / bytes_wire),
     codec_seconds and transport_seconds (the rest of the time in compressed calls), for codec
     fp16 ``overflows`` (calls whose result held Inf/NaN although this rank's input was finite:
-    fp16 carries magnitudes up to 65504 only), the error-feedback memory in
+    fp16 carries magnitudes up to 65504 only), for node-aware calls ``bytes_intra_node`` (the exact
+    steps inside the node; ``bytes_wire`` and ``ratio`` then count what crossed between nodes),
+    the error-feedback memory in
     ``residual_bytes``, under ``topology`` the group's node layout (nodes, ranks_per_node,
     node_of, whether all-reduce and reduce-scatter run node-aware and if not why, the transport),
     and under ``auto``, once algorithm="auto" or codec="auto" has chosen anything, the cost

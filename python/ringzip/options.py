@@ -41,8 +41,10 @@ class Options:
     error_feedback: keep the compression error and add it to the next call's input;
         ``None``: on for biased codecs (topk, randomk, q1, nearest rounding).
     seed: seed of stochastic rounding and random-k selection (same on all ranks).
-    transport: ``auto``: CPU tensors between ranks of one node travel through shared memory,
-        between nodes through Gloo (TCP); CUDA tensors through NCCL when this build has CUDA.
+    transport: ``auto``: CPU tensors between ranks of one node through shared memory
+        (``csrc/transport/shm/``; Gloo over loopback when it cannot be set up, with a warning),
+        all other CPU traffic through Gloo (TCP), CUDA tensors through NCCL when this build has
+        CUDA. ``shm``: the same, but a node whose shared memory cannot be set up is an error.
         ``gloo``: everything through Gloo (CUDA tensors host-staged).
     hierarchy: ``auto`` (node-aware when every node holds the same number of ranks, more than
         one node and more than one rank per node), ``node`` (the same, with a warning and flat
@@ -80,8 +82,8 @@ class Options:
             raise ValueError(f"ringzip.Options: unknown algorithm {self.algorithm!r}; expected one of {ALGORITHMS}")
         if self.timeout is not None and not isinstance(self.timeout, timedelta):
             raise TypeError(f"ringzip.Options: timeout must be a datetime.timedelta, got {type(self.timeout).__name__}")
-        if self.transport not in ("auto", "gloo"):
-            raise ValueError(f"ringzip.Options: transport must be 'auto' or 'gloo', got {self.transport!r}")
+        if self.transport not in ("auto", "gloo", "shm"):
+            raise ValueError(f"ringzip.Options: transport must be 'auto', 'gloo' or 'shm', got {self.transport!r}")
         if self.hierarchy not in ("auto", "node", "flat"):
             raise ValueError(f"ringzip.Options: hierarchy must be 'auto', 'node' or 'flat', got {self.hierarchy!r}")
         if self.rounding not in ("stochastic", "nearest"):

@@ -2,8 +2,8 @@
 so 2 nodes x 2 ranks): the layout every rank computes from the store, the node-aware all-reduce
 and reduce-scatter (dense and compressed, with error feedback) bit for bit against the pure-torch
 oracle (ringzip.reference.hierarchy), the flat path for small dense calls, hierarchy='flat',
-an uneven subgroup (hierarchy='node' warns and runs flat), and DDP training with q4 on 2 x 2
-(parameters identical on every rank)."""
+an uneven subgroup (hierarchy='node' warns and runs flat), codec='auto' node-aware (the same
+choice on every rank), and DDP training with q4 on 2 x 2 (parameters identical on every rank)."""
 from __future__ import annotations
 
 import os
@@ -42,6 +42,7 @@ def topology_checks(ctx):
         t = ringzip.stats()["topology"]
         assert t["node_of"] == NODES and t["nodes"] == 2 and t["ranks_per_node"] == 2, t
         assert t["node_aware"] and t["flat_reason"] == "" and t["hierarchy"] == "auto", t
+        assert t["transport"] == "shm+gloo", t  # shared memory inside a node by default
     with chk.case("dense_allreduce_node_aware"):
         xs = _inputs(1, 300_000)  # 1.2 MB: node-aware
         x = xs[rank].clone()
@@ -58,7 +59,16 @@ def topology_checks(ctx):
         dist.reduce_scatter_tensor(out, xs[rank].clone())
         _bits_equal(out, RH.reduce_scatter(xs, NODES)[rank], "dense reduce_scatter_tensor")
 
-    q4 = dist.new_group(pg_options=ringzip.Options(codec="q4"))
+    q4 = dist.new_group(pg_options=ringzip.Options(codec="q4", transport="shm"))
+    with chk.case("shm_inside_nodes"):
+        assert ringzip.stats(q4)["topology"]["transport"] == "shm+gloo", ringzip.stats(q4)["topology"]
+    with chk.case("transport_gloo_keeps_nodes_on_gloo"):
+        g = dist.new_group(pg_options=ringzip.Options(transport="gloo"))
+        assert ringzip.stats(g)["topology"]["transport"] == "gloo", ringzip.stats(g)["topology"]
+        xs = _inputs(6, 300_000)
+        x = xs[rank].clone()
+        dist.all_reduce(x, group=g)
+        _bits_equal(x, RH.allreduce(xs, NODES)[rank], "dense all_reduce over gloo only")
     with chk.case("q4_allreduce_and_reduce_scatter"):
         xs = _inputs(4, 200_000)
         x = xs[rank].clone()
@@ -68,7 +78,31 @@ def topology_checks(ctx):
         out = torch.empty(50_000)
         dist.reduce_scatter_tensor(out, xs[rank].clone(), group=q4)
         _bits_equal(out, RH.compressed_reduce_scatter(xs, NODES, "q4", rng_seq=1)[0][rank], "q4 reduce_scatter")
-        assert ringzip.stats(q4)["q4"]["calls"] == 2, ringzip.stats(q4)
+        st = ringzip.stats(q4)["q4"]
+        assert st["calls"] == 2, st
+        # bytes_wire: between nodes only, so the ratio is the codec's; the exact steps inside the node apart
+        assert 7.0 < st["ratio"] < 8.0 and st["bytes_intra_node"] > st["bytes_wire"], st
+
+    auto = dist.new_group(pg_options=ringzip.Options(codec="auto", min_numel=0))
+    with chk.case("codec_auto_node_aware"):
+        # The cost model chooses for the inter-node step (node-aware calls are not measured);
+        # every rank runs the same choice, and the stats count the node's exact steps apart.
+        for call in range(3):
+            xs = _inputs(20 + call, 300_000)
+            x = xs[rank].clone()
+            dist.all_reduce(x, group=auto)
+            every = [torch.empty_like(x) for _ in range(n)]
+            dist.all_gather(every, x)
+            for r in range(n):
+                _bits_equal(every[r], x, f"auto call {call}: result of rank {r}")
+        xs = _inputs(23, 4 * 50_000)
+        out = torch.empty(50_000)
+        dist.reduce_scatter_tensor(out, xs[rank].clone(), group=auto)
+        st = ringzip.stats(auto)
+        assert st["auto"]["calls"] == 4, st["auto"]
+        ran = {k: v for k, v in st.items() if isinstance(v, dict) and "bytes_wire" in v}
+        assert sum(v["calls"] for v in ran.values()) == 4, ran
+        assert all(v["bytes_intra_node"] > 0 for v in ran.values()), ran
 
     topk = dist.new_group(pg_options=ringzip.Options(codec="topk:0.01"))
     with chk.case("topk_error_feedback_per_shard"):
@@ -89,6 +123,8 @@ def topology_checks(ctx):
         x = xs[rank].clone()
         dist.all_reduce(x, group=flat)
         _bits_equal(x, RC.compressed_allreduce(xs, "q4")[0][rank], "flat q4 all_reduce")
+        st = ringzip.stats(flat)["q4"]
+        assert st["bytes_intra_node"] == 0 and 7.0 < st["ratio"] < 8.0, st
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -129,4 +165,4 @@ def topology_checks(ctx):
 def test_node_layouts_in_process_groups():
     res = mp.run(topology_checks, 4, timeout=180)
     mp.raise_on_failures(mp.merge(res), "node layouts")
-    assert len(set().union(*(r["passed"] for r in res))) == 9, [sorted(r["passed"]) for r in res]
+    assert len(set().union(*(r["passed"] for r in res))) == 12, [sorted(r["passed"]) for r in res]

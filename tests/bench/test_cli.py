@@ -197,3 +197,77 @@ def test_crashing_and_hanging_rows_become_errors(tmp_path):
         assert len(rows) == 4
         assert rows[bad]["error"] and ("died" in rows[bad]["error"] or "no progress" in rows[bad]["error"])
         assert all(not r["error"] and r["time_us"] > 0 for i, r in enumerate(rows) if i != bad)
+
+
+def test_nodes_layout_and_rows():
+    """--nodes N --nproc-per-node P: world size N*P, -n must agree; --hierarchy multiplies ringzip rows."""
+    from ringzip.bench.collective import DEFAULTS, _layout
+    from ringzip.bench.plan import configs
+
+    assert _layout(dict(DEFAULTS), None) == (4, None, None)  # no --nodes: as before
+    assert _layout(dict(DEFAULTS, nodes=2, nproc_per_node=3), None) == (6, 2, 3)
+    assert _layout(dict(DEFAULTS, nodes=2), None) == (4, 2, 2)  # -n 4 split over 2 nodes
+    assert _layout(dict(DEFAULTS, nodes=4, nproc_per_node=1), 4) == (4, 4, 1)
+    for opt, n in ((dict(DEFAULTS, nodes=3), None), (dict(DEFAULTS, nodes=2, nproc_per_node=2), 6),
+                   (dict(DEFAULTS, nproc_per_node=2), None)):
+        with pytest.raises(SystemExit):
+            _layout(opt, n)
+    cfgs = configs(["gloo", "ringzip"], ["none", "q4"], ["auto"], ["flat", "node"])
+    assert [c["key"] for c in cfgs] == ["gloo", "ringzip/none/auto/flat", "ringzip/none/auto/node",
+                                        "ringzip/q4/auto/flat", "ringzip/q4/auto/node"]
+    rows = [dict(op="allreduce", size_bytes=8, backend=c["backend"], codec=c["codec"], algorithm=c["algorithm"],
+                 hierarchy=c["hierarchy"], time_us=t) for c, t in zip(cfgs, (100.0, 100.0, 50.0, 20.0, 10.0))]
+    report.add_speedups(rows)
+    assert [r.get("speedup_vs_flat") for r in rows] == [None, None, 2.0, None, 2.0]
+    assert " hier " in report.text_table([_full(r) for r in rows]).splitlines()[0]
+
+
+def _full(r):
+    """A report row with every column's field, as the worker writes them."""
+    keys = ["algbw_gbps", "busbw_gbps", "ratio", "wire_busbw_gbps", "speedup_vs_gloo", "max_abs_err", "rel_l2_err"]
+    return dict({k: None for k in keys}, count=2, dtype="float32", redop="sum", **r)
+
+
+def test_net_nodes_share_one_shaped_nic():
+    """Ranks of one emulated node share a namespace: to each other unshaped, to other nodes at RATE."""
+    _need_root_net()
+    prefix = f"rzt{os.getpid() % 100000}-"
+    with netem.NetEnv(4, 50e6, prefix=prefix, ranks_per_node=2) as net:
+        assert net.rank_ns(0) == net.rank_ns(1) != net.rank_ns(2) == net.rank_ns(3)
+        assert net.addr(1) == net.addr(0) and net.ifname(3) == net.ifname(2)
+        inside = net.measure_goodput(0.5, src=0, dst=1)
+        across = net.measure_goodput(0.5)  # rank 0 -> rank 2, through both nodes' NICs
+    assert netem.leftovers(prefix) == []
+    assert across < 60e6 and inside > 4 * 50e6, (inside, across)
+
+
+def test_nodes_cli(tmp_path):
+    """2 emulated nodes x 2 ranks: gloo and ringzip flat / node-aware side by side, one run."""
+    _need_root_net()
+    out = tmp_path / "n.json"
+    p = subprocess.Popen([sys.executable, "-m", "ringzip.bench", "collective", "--nodes", "2", "--nproc-per-node",
+                          "2", "--net", "1gbit", "-b", "256K", "-e", "256K", "--codec", "none,q8",
+                          "--iters", "2", "--warmup", "1", "--time-budget", "0", "--json", str(out),
+                          "--table", str(tmp_path / "n.txt")],
+                         cwd=ROOT, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        stdout, stderr = p.communicate(timeout=120)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        assert netem.leftovers(f"rzb{p.pid}-") == [], netem.cleanup_prefix(f"rzb{p.pid}-")
+    assert p.returncode == 0, stdout + stderr
+    doc = json.loads(out.read_text())
+    assert doc["header"]["nodes"] == 2 and doc["header"]["nproc_per_node"] == 2
+    assert "--nodes 2" in doc["header"]["command"]
+    rows = doc["results"]
+    assert [(r["backend"], r["codec"], r["hierarchy"]) for r in rows] == [
+        ("gloo", "none", None), ("ringzip", "none", "flat"), ("ringzip", "none", "node"),
+        ("ringzip", "q8", "flat"), ("ringzip", "q8", "node")]
+    for r in rows:
+        assert not r["error"] and r["time_us"] > 0 and r["nproc"] == 4 and r["ranks_agree"] is True, r
+        assert r["rel_l2_err"] < (1e-6 if r["codec"] == "none" else 0.05), r
+    assert all(r["speedup_vs_flat"] > 0 for r in rows if r["hierarchy"] == "node")
+    text = (tmp_path / "n.txt").read_text()
+    assert "# command: ringzip-bench collective --nodes 2" in text and " hier " in text

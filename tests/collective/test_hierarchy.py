@@ -162,3 +162,35 @@ def test_routed_collectives_of_every_kind():
         got = L.collective(op, xs, root=1, nodes=nodes, routed=True)
         want = L.collective(op, xs, root=1)
         same(got, want, f"routed {op}")
+
+
+# ---- chunks: all-reduce of more than 8 MiB runs pipelined in chunks ------------------------------
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("nodes,count", [([0, 0, 1, 1], 4_500_001), ([0, 1, 0, 1, 0, 1], 12_000_000)], ids=("2x2", "2x3"))
+def test_chunked_dense_allreduce(mode, nodes, count):
+    assert len(RH.chunks(count, 4)) - 1 == count * 4 // RH.CHUNK_BYTES > 1
+    xs = gen(count % 97, len(nodes), count)
+    got = L.collective("allreduce", xs, mode=mode, nodes=nodes)
+    same(got, RH.allreduce(xs, nodes), f"chunked allreduce {nodes}")
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("codec", ("bf16", "q4"))
+def test_chunked_compressed_allreduce(mode, codec):
+    nodes, count = [0, 0, 1, 1], 4_400_000
+    xs = gen(7, 4, count)
+    res = gen(8, 4, count, 0.01)
+    got, got_res = L.compressed("allreduce", xs, codec, mode=mode, seed=3, residuals=res, nodes=nodes)
+    want, want_res = RH.compressed_allreduce(xs, nodes, codec, seed=3, residuals=res)
+    same(got, want, f"chunked {codec}")
+    same(got_res, want_res, f"chunked {codec} residual")
+
+
+def test_chunk_failure_stops_both_stages():
+    """A rank whose input is short fails inside a chunk: every rank raises, none hangs."""
+    nodes = [0, 0, 1, 1]
+    xs = gen(0, 4, 4_500_000)
+    xs[2] = xs[2][:4_000_000].clone()
+    with pytest.raises(RuntimeError, match="rank"):
+        L.collective("allreduce", xs, nodes=nodes, timeout_ms=10_000)

@@ -10,7 +10,8 @@
                                            links x world sizes (= collective --preset auto_grid)
     ringzip-bench follow [options]         codec "auto" while the emulated link's rate changes
 
-Add --net RATE[,DELAY] (root) to run every rank in its own shaped network namespace.
+Add --net RATE[,DELAY] (root) to run every rank in its own shaped network namespace, and
+--nodes N --nproc-per-node P to group the ranks into N emulated machines with one shaped NIC each.
 """
 from __future__ import annotations
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 import tempfile
 import time
 from pathlib import Path
@@ -18,10 +19,16 @@ PRESETS = {
     "default": dict(op="allreduce", nproc=4, begin="4", end="64M", factor=4.0, dtype="float32",
                     backend="ringzip,gloo", codec="none,q8,q4,q2,q1,topk:0.01", algorithm="auto",
                     iters=20, warmup=3, time_budget=0.8, repeat=3),
+    # issue 12's table: 2 emulated nodes x 2 ranks, one 1 Gbit/s NIC per node, 64 MiB, gloo and
+    # ringzip flat vs node-aware; other layouts: --nproc-per-node 3, or --nodes 4 --nproc-per-node 1
+    "multinode": dict(op="allreduce", nodes=2, nproc_per_node=2, net="1gbit", begin="64M", end="64M",
+                      factor=4.0, dtype="float32", backend="ringzip,gloo", codec="none,q8,q4,topk:0.01",
+                      algorithm="auto", hierarchy="flat,node", iters=20, warmup=3, time_budget=0.8, repeat=3),
 }
 DEFAULTS = dict(op="allreduce", nproc=4, begin="4", end="64M", factor=4.0, dtype="float32",
                 backend="ringzip,gloo", codec="none,q8,q4,q2,q1,topk:0.01", algorithm="auto",
-                iters=20, warmup=5, time_budget=1.0, repeat=1)
+                iters=20, warmup=5, time_budget=1.0, repeat=1,
+                nodes=None, nproc_per_node=None, hierarchy=None, net=None)
 
 
 def add_arguments(p) -> None:
@@ -46,6 +53,13 @@ def add_arguments(p) -> None:
                    help="extra ringzip.Options field for every ringzip row, e.g. min_numel=0 (repeatable)")
     p.add_argument("--seed", type=int, default=0, help="input seed (default 0)")
     p.add_argument("--net", help="emulated link RATE[,DELAY], e.g. 1gbit or 10gbit,0.2ms (needs root)")
+    p.add_argument("--nodes", type=int,
+                   help="emulate N machines (root): one network namespace per node whose one NIC, shaped by "
+                        "--net, its ranks share; ranks of a node talk over its loopback, unshaped")
+    p.add_argument("--nproc-per-node", type=int, help="ranks per emulated node (default: -n / --nodes)")
+    p.add_argument("--hierarchy",
+                   help="ringzip hierarchy options, comma list, each a row per codec: flat, node, auto "
+                        "(default with --nodes: flat,node; otherwise the Options default)")
     p.add_argument("--link", help="link rate B for floor/efficiency without --net, e.g. 25gbit")
     p.add_argument("--json", help="write one JSON record per row here")
     p.add_argument("--plot", help="write a PNG plot (time and busbw vs size) here")
@@ -60,12 +74,33 @@ def add_arguments(p) -> None:
 
 
 def _resolve(args) -> dict:
-    base = dict(PRESETS[args.preset]) if args.preset else dict(DEFAULTS)
+    base = {**DEFAULTS, **PRESETS[args.preset]} if args.preset else dict(DEFAULTS)
     for k in base:
         v = getattr(args, k, None)
         if v is not None:
             base[k] = v
     return base
+
+
+def _layout(opt: dict, nproc_arg: int | None) -> tuple[int, int | None, int | None]:
+    """(world size, nodes, ranks per node); nodes None: no emulated nodes (as before --nodes)."""
+    nodes, per = opt["nodes"], opt["nproc_per_node"]
+    if not nodes:
+        if per:
+            raise SystemExit("--nproc-per-node needs --nodes")
+        return int(opt["nproc"]), None, None
+    if nodes < 1:
+        raise SystemExit("--nodes must be >= 1")
+    if not per:
+        n = nproc_arg or int(opt["nproc"])
+        if n % nodes:
+            raise SystemExit(f"-n {n} does not split into {nodes} nodes; give --nproc-per-node")
+        per = n // nodes
+    if per < 1:
+        raise SystemExit("--nproc-per-node must be >= 1")
+    if nproc_arg is not None and nproc_arg != nodes * per:
+        raise SystemExit(f"-n {nproc_arg} disagrees with --nodes {nodes} x --nproc-per-node {per}")
+    return nodes * per, nodes, per
 
 
 def _parse_ropts(items: list[str]) -> dict:
@@ -94,14 +129,16 @@ def _error_row(spec, item, n, msg) -> dict:
     cfg = item["cfg"]
     return {"op": spec["op"], "size_bytes": count * elem, "count": count, "dtype": spec["dtype"],
             "redop": redop(spec["op"]), "backend": cfg["backend"], "codec": cfg["codec"],
-            "algorithm": cfg["algorithm"], "nproc": n, "iters": 0, "time_us": None,
+            "algorithm": cfg["algorithm"], "hierarchy": cfg.get("hierarchy"), "nproc": n, "iters": 0, "time_us": None,
             "algbw_gbps": None, "busbw_gbps": None, "ratio": None, "wire_busbw_gbps": None,
             "speedup_vs_gloo": None, "max_abs_err": None, "rel_l2_err": None, "ranks_agree": None,
             "link_gbit": spec.get("link_gbit"), "floor_us": None, "efficiency": None, "error": msg}
 
 
-def sweep(spec: dict, nproc: int, net, workdir: Path, row_timeout: float, quiet: bool = False) -> list[dict]:
-    """Run the plan, restarting after a row that crashes or hangs the ranks."""
+def sweep(spec: dict, nproc: int, net, workdir: Path, row_timeout: float, quiet: bool = False,
+          topology: dict | None = None) -> list[dict]:
+    """Run the plan, restarting after a row that crashes or hangs the ranks. `topology` (if
+    given) collects the layout ringzip reports per group: {json of the layout: [config keys]}."""
     plan = build_plan(spec)
     rows: dict[int, dict] = {}
     skip: set[int] = set()
@@ -109,11 +146,16 @@ def sweep(spec: dict, nproc: int, net, workdir: Path, row_timeout: float, quiet:
     start, launch_no, t_start = 0, 0, time.monotonic()
 
     def on_event(ev):
+        if ev.get("event") == "topology" and topology is not None:
+            keys = topology.setdefault(json.dumps(ev["topology"], sort_keys=True), [])
+            if ev["key"] not in keys:  # a relaunch after a failed row reports it again
+                keys.append(ev["key"])
         if ev.get("event") == "row" and not quiet:
             r = ev["row"]
             t = f"{r['time_us']:.1f} us" if r.get("time_us") else f"ERROR {str(r.get('error'))[:80]}"
+            hier = f" {r['hierarchy']}" if r.get("hierarchy") else ""
             log(f"[{ev['index'] + 1}/{len(plan)} {time.monotonic() - t_start:6.1f}s] "
-                f"{fmt_bytes(r['size_bytes']):>6} {r['backend']} {r['codec']} {r['algorithm']}: {t}")
+                f"{fmt_bytes(r['size_bytes']):>6} {r['backend']} {r['codec']} {r['algorithm']}{hier}: {t}")
 
     while start < len(plan):
         launch_no += 1
@@ -154,65 +196,74 @@ def sweep(spec: dict, nproc: int, net, workdir: Path, row_timeout: float, quiet:
 
 def run(args) -> int:
     opt = _resolve(args)
-    n = int(opt["nproc"])
+    n, nodes, per_node = _layout(opt, args.nproc)
     if n < 1:
         raise SystemExit("--nproc must be >= 1")
+    net_arg = opt["net"]
+    hierarchies = split_list(opt["hierarchy"]) or (["flat", "node"] if nodes else [])
     dtype = canonical_dtype(opt["dtype"])
     sizes = size_sweep(parse_size(opt["begin"]), parse_size(opt["end"]), float(opt["factor"]))
     backends = split_list(opt["backend"])
     if not backends:
         raise SystemExit("--backend is empty")
-    cfgs = configs(backends, split_list(opt["codec"]) or ["none"], split_list(opt["algorithm"]) or ["auto"])
+    cfgs = configs(backends, split_list(opt["codec"]) or ["none"], split_list(opt["algorithm"]) or ["auto"],
+                   hierarchies)
     cfgs.sort(key=lambda c: c["backend"] != "gloo")  # gloo first: the reference row of each size
-    rate_bits, delay = parse_net(args.net) if args.net else (None, 0.0)
+    rate_bits, delay = parse_net(net_arg) if net_arg else (None, 0.0)
     if args.link and not rate_bits:
         rate_bits = parse_rate_bits(args.link)
     spec = {"op": opt["op"], "dtype": dtype, "sizes": sizes, "configs": cfgs, "seed": args.seed,
             "iters": int(opt["iters"]), "warmup": int(opt["warmup"]), "min_iters": args.min_iters,
             "time_budget_s": float(opt["time_budget"]) or None, "threads": args.threads,
             "ringzip_options": _parse_ropts(args.ropt), "timeout_s": max(60.0, args.row_timeout),
-            "repeat": max(1, int(opt["repeat"])),
+            "repeat": max(1, int(opt["repeat"])), "nodes": nodes,
             "link_gbit": rate_bits / 1e9 if rate_bits else None}
-    link_desc = fmt_rate(rate_bits) if not args.net else f"--net {args.net}"
-    extra = {"op": f"{opt['op']}  dtype {dtype}  sizes {fmt_bytes(sizes[0])}..{fmt_bytes(sizes[-1])} x{opt['factor']:g}",
+    link_desc = fmt_rate(rate_bits) if not net_arg else f"--net {net_arg}"
+    extra = {"command": "ringzip-bench " + shlex.join(getattr(args, "argv", None) or []),
+             **({"machines": f"{nodes} emulated nodes x {per_node} ranks: a network namespace and one NIC per node, "
+                          "shared by its ranks; inside a node unshaped (ringzip: shared memory; gloo: loopback TCP)"} if nodes else {}),
+             "op": f"{opt['op']}  dtype {dtype}  sizes {fmt_bytes(sizes[0])}..{fmt_bytes(sizes[-1])} x{opt['factor']:g}",
              "configs": ", ".join(c["key"] for c in cfgs),
              "iterations": f"<= {opt['iters']} (budget {opt['time_budget']} s/row, min {args.min_iters}), "
                            f"warm-up <= {opt['warmup']}, seed {args.seed}, repeat {opt['repeat']}"}
-    header = {"versions": versions(), "cpu": cpu_model(), "nproc": n, "link": link_desc,
+    header = {"versions": versions(), "cpu": cpu_model(), "nproc": n, "nodes": nodes,
+              "nproc_per_node": per_node, "link": link_desc,
               "link_gbit": spec["link_gbit"], "date": time.strftime("%Y-%m-%d %H:%M:%S"),
               "preset": args.preset, "argv": getattr(args, "argv", None), **extra}
 
     out_dir = Path(args.out_dir) if args.out_dir else default_results_dir()
     stem = None
     if args.preset:
-        tag = "loopback" if not args.net else "net-" + args.net.replace(",", "-")
-        stem = out_dir / f"{args.preset}_{opt['op']}_n{n}_{tag}"
+        tag = "loopback" if not net_arg else "net-" + net_arg.replace(",", "-")
+        layout = f"{nodes}x{per_node}" if nodes else f"n{n}"
+        stem = out_dir / f"{args.preset}_{opt['op']}_{layout}_{tag}"
     json_path = Path(args.json) if args.json else (stem.with_suffix(".json") if stem else None)
     plot_path = Path(args.plot) if args.plot else (stem.with_suffix(".png") if stem else None)
     table_paths = [Path(args.table)] if args.table else ([stem.with_suffix(".md"), stem.with_suffix(".txt")] if stem else [])
 
     net_ctx = None
-    if args.net:
+    if net_arg or nodes:  # --nodes without --net: the namespaces, unshaped
         from .netem import open_env
 
-        net_ctx = open_env(n, rate_bits, delay, log=log)
+        net_ctx = open_env(n, rate_bits if net_arg else None, delay, log=log, ranks_per_node=per_node or 1)
 
     rows: list[dict] = []
     status = 0
     hdr_lines = None
+    topology: dict[str, list[str]] = {}
     try:
         with tempfile.TemporaryDirectory(prefix="ringzip-bench-") as tmp:
             if net_ctx is not None:
                 net_ctx.__enter__()
             try:
-                if net_ctx is not None and n >= 2:
+                if net_ctx is not None and net_ctx.nnodes >= 2:
                     gp = net_ctx.measure_goodput()
                     header["tcp_goodput_gbit"] = gp / 1e9
                     link_desc += f" ({net_ctx.describe()}; measured TCP goodput {gp / 1e9:.3f} Gbit/s)"
                     header["link"] = link_desc
                 hdr_lines = header_lines(n, link_desc, extra)
                 print("\n".join(hdr_lines), flush=True)
-                rows = sweep(spec, n, net_ctx, Path(tmp), args.row_timeout, quiet=args.quiet)
+                rows = sweep(spec, n, net_ctx, Path(tmp), args.row_timeout, quiet=args.quiet, topology=topology)
             finally:
                 if net_ctx is not None:
                     net_ctx.__exit__(None, None, None)
@@ -223,6 +274,12 @@ def run(args) -> int:
     report.add_speedups(rows)
     if hdr_lines is None:
         hdr_lines = header_lines(n, link_desc, extra)
+    # the layout ringzip chose, as its stats() report it (builds without it report nothing)
+    topo_lines = [f"# topology {', '.join(keys)}: {layout}" for layout, keys in topology.items()]
+    header["topology"] = {k: json.loads(layout) for layout, keys in topology.items() for k in keys}
+    hdr_lines = hdr_lines + topo_lines
+    if topo_lines:
+        print("\n".join(topo_lines))
     table = report.text_table(rows)
     print("\n".join(report.legend(rows)))
     print(table, flush=True)

@@ -1,4 +1,4 @@
-"""Start N local ranks (optionally each in its own network namespace) and watch them.
+"""Start N local ranks (optionally in network namespaces: one per rank or per emulated node) and watch them.
 
 The launcher is the only process that outlives a crashing rank: it streams rank 0's events
 file, kills the whole set when a rank dies or no progress is seen for `row_timeout` seconds,
@@ -6,16 +6,18 @@ and reports what happened; callers decide whether to restart after the failing r
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .common import free_port, python_path_env
+from .common import fmt_rate, free_port, log, parse_net, python_path_env
 
 
 @dataclass
@@ -33,13 +35,18 @@ class Launcher:
 
     def _env(self, rank: int, port: int) -> dict:
         env = dict(os.environ)
+        # LOCAL_*: as torchrun sets them, one "node" per namespace (all ranks without --net)
+        per_node = self.net.per_node if self.net is not None else self.nproc
         env.update({
-            "RANK": str(rank), "WORLD_SIZE": str(self.nproc), "LOCAL_RANK": str(rank),
+            "RANK": str(rank), "WORLD_SIZE": str(self.nproc), "LOCAL_RANK": str(rank % per_node),
+            "LOCAL_WORLD_SIZE": str(per_node),
             "MASTER_PORT": str(port), "PYTHONPATH": python_path_env(),
             "OMP_NUM_THREADS": str(self.threads), "MKL_NUM_THREADS": str(self.threads),
             "PYTHONUNBUFFERED": "1",
         })
         if self.net is not None:
+            # Every rank talks through its namespace's NIC address; ranks of one emulated node
+            # share it, so their traffic to each other takes the kernel's local route (unshaped).
             env["MASTER_ADDR"] = self.net.addr(0)
             env["GLOO_SOCKET_IFNAME"] = self.net.ifname(rank)
         else:
@@ -135,3 +142,105 @@ def log_tail(paths: list[Path], lines: int = 6) -> str:
         if text:
             out.append(f"--- {Path(p).name} ---\n" + "\n".join(text[-lines:]))
     return "\n".join(out)
+
+
+def run_configs(nproc: int, workdir: Path, net, threads: int, module: str, spec: dict, n_configs: int,
+                row_timeout: float, identity, on_row=None, log=None) -> dict[int, dict]:
+    """Run configurations 0..n_configs-1 of `spec` through `python -m module --worker SPEC` (see
+    worker_loop) and return {index: row}. Ranks that die or hang cost one row: it becomes an
+    error row ({**identity(index), "error": reason}) and fresh ranks go on after it."""
+    rows: dict[int, dict] = {}
+    start, k = 0, 0
+    while start < n_configs:
+        k += 1
+        ev_path, sp = Path(workdir) / f"events{k}.jsonl", Path(workdir) / f"spec{k}.json"
+        sp.write_text(json.dumps(dict(spec, start=start, events=str(ev_path))))
+
+        def on_event(ev):
+            if ev.get("event") == "row" and on_row:
+                on_row(ev["row"])
+
+        res = Launcher(nproc, Path(workdir), net, threads).run(module, ["--worker", str(sp)], ev_path,
+                                                               row_timeout, on_event)
+        begun = [e["index"] for e in res.events if e.get("event") == "begin"]
+        rows.update({e["index"]: e["row"] for e in res.events if e.get("event") == "row"})
+        if res.ok:
+            break
+        pending = [i for i in begun if i not in rows]
+        if log:
+            log(f"[launch] ranks failed: {res.reason}\n{log_tail(res.logs, 4)}")
+        if not pending:
+            break
+        rows[pending[-1]] = {**identity(pending[-1]), "error": res.reason}
+        start = pending[-1] + 1
+    return rows
+
+
+def worker_cli(argv: list[str], train_one, make_row) -> int:
+    """`python -m ringzip.bench.<module> --worker SPEC.json`: one rank of run_configs."""
+    if len(argv) == 2 and argv[0] == "--worker":
+        return worker_loop(argv[1], train_one, make_row)
+    print("internal: --worker SPEC.json, started by ringzip-bench (see `ringzip-bench train --help`)")
+    return 2
+
+
+def worker_loop(spec_path: str, train_one, make_row) -> int:
+    """Rank side of run_configs: join the default (gloo) group, run every configuration from
+    spec['start'] on with `train_one(spec, cfg, rank, n, timeout) -> dict` (an exception becomes
+    the row's error), gather the ranks' results, and let rank 0 append
+    `make_row(spec, cfg, results_of_all_ranks, error_or_None)` to the events file."""
+    import datetime
+
+    import torch
+    import torch.distributed as dist
+
+    spec = json.loads(Path(spec_path).read_text())
+    rank, n = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    torch.set_num_threads(spec.get("threads", 1))
+    timeout = datetime.timedelta(seconds=spec.get("timeout_s", 300))
+    dist.init_process_group("gloo", rank=rank, world_size=n, timeout=timeout,
+                            init_method=f"tcp://{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}")
+    events = open(spec["events"], "a") if rank == 0 else None
+    for idx in range(spec["start"], len(spec["configs"])):
+        cfg = spec["configs"][idx]
+        if events:
+            events.write(json.dumps({"event": "begin", "index": idx}) + "\n")
+            events.flush()
+        try:
+            res = train_one(spec, cfg, rank, n, timeout)
+            res["err"] = None
+        except Exception as e:  # noqa: BLE001 - becomes the row's error
+            res = {"err": f"{type(e).__name__}: {e}"[:300]}
+        got = [None] * n
+        dist.all_gather_object(got, res)
+        if events:
+            row = make_row(spec, cfg, got, next((g["err"] for g in got if g["err"]), None))
+            events.write(json.dumps({"event": "row", "index": idx, "row": row}) + "\n")
+            events.flush()
+    dist.barrier()
+    dist.destroy_process_group()
+    return 0
+
+
+@contextlib.contextmanager
+def ranks_env(nproc: int, net_arg: str | None, prefix: str):
+    """(work folder, emulated network or None, link description) for one run of ranks: with
+    --net RATE[,DELAY] the namespaces exist inside the block (their TCP goodput measured and
+    named in the description) and are removed on the way out, whatever happens inside."""
+    rate, delay = parse_net(net_arg) if net_arg else (None, 0.0)
+    link = fmt_rate(rate) if not net_arg else f"--net {net_arg}"
+    net = None
+    if net_arg:
+        from .netem import open_env
+
+        net = open_env(nproc, rate, delay, log=log)
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+        if net is not None:
+            net.__enter__()
+        try:
+            if net is not None and nproc >= 2:
+                link += f" (measured TCP goodput {net.measure_goodput() / 1e9:.3f} Gbit/s)"
+            yield Path(tmp), net, link
+        finally:
+            if net is not None:
+                net.__exit__(None, None, None)

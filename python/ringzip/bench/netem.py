@@ -1,17 +1,28 @@
-"""Emulated network for local ranks: one Linux network namespace per rank, a bridge in its own
-namespace, veth pairs between them, tc `tbf` shaping on both directions of every rank's link and
-optional netem delay. The host's own namespace is never touched: every device is created inside
-a namespace this module made, and every name starts with a per-run prefix (`rzb<pid>-`).
+"""Emulated network for local ranks: one Linux network namespace per rank (or per emulated node
+of several ranks), a bridge in its own namespace, veth pairs between them, tc `tbf` shaping on
+both directions of every namespace's link and optional netem delay. The host's own namespace is
+never touched: every device is created inside a namespace this module made, and every name
+starts with a per-run prefix (`rzb<pid>-`).
 
     with NetEnv(nranks=4, rate_bits=1e9, delay_s=0.0) as net:
         net.exec_prefix(rank)   # ['ip', 'netns', 'exec', 'rzb123-r0']
         net.ifname(rank), net.addr(rank)
-        net.measure_goodput()   # bits/s between ranks 0 and 1 (TCP, ~1.5 s)
+        net.measure_goodput()   # bits/s between the first two namespaces (TCP, ~1.5 s)
 
 Topology and shaping:  rank i: [ns <p>r<i>: dev <p>r<i> 10.77.0.<i+1>/24]  <-veth->
 [ns <p>br: dev <p>h<i> -- bridge <p>b]. Egress of <p>r<i> (rank -> bridge) and egress of <p>h<i>
 (bridge -> rank) each get tbf at RATE, so every rank has RATE up and RATE down. DELAY (netem) is
 added on the rank's egress only, so the one-way rank-to-rank latency is DELAY (RTT 2*DELAY).
+rate_bits=None leaves the links unshaped.
+
+Emulated nodes (ranks_per_node=P > 1): namespace <p>n<j> holds ranks jP..jP+P-1, like one
+machine with one NIC: the P ranks share the node's veth <p>n<j> (10.77.0.<j+1>) and its RATE;
+traffic between them goes to the node's own address, which the kernel routes through the
+namespace's loopback, unshaped. hostnames=True also gives every node a hostname of its own
+(<p>host<j>, a UTS namespace per started process) and an /etc/hosts (iproute2 mounts
+/etc/netns/<ns>/hosts there for `ip netns exec`) that resolves every node's name, as on real
+machines: torchrun's c10d rendezvous finds out which agent hosts the store, and which address
+the workers reach rank 0 at, through the hostname.
 
 Command line:  python -m ringzip.bench.netem cleanup PREFIX   (remove leftovers of a killed run)
                python -m ringzip.bench.netem list PREFIX
@@ -28,6 +39,7 @@ import sys
 import time
 
 SUBNET = "10.77.0"
+ETC_NETNS = "/etc/netns"  # iproute2: files in ETC_NETNS/<ns>/ are mounted over /etc/ by `ip netns exec`
 
 
 class NetSetupError(RuntimeError):
@@ -37,12 +49,12 @@ class NetSetupError(RuntimeError):
 def check_prereqs() -> None:
     """Refuse clearly when we cannot build namespaces."""
     if not sys.platform.startswith("linux"):
-        raise NetSetupError("--net needs Linux network namespaces")
+        raise NetSetupError("--net and --nodes need Linux network namespaces")
     if os.geteuid() != 0:
-        raise NetSetupError("--net needs root (network namespaces, veth, tc); run as root or drop --net")
+        raise NetSetupError("--net and --nodes need root (network namespaces, veth, tc); run as root or drop them")
     missing = [t for t in ("ip", "tc") if shutil.which(t) is None]
     if missing:
-        raise NetSetupError(f"--net needs the iproute2 tools; missing: {', '.join(missing)}")
+        raise NetSetupError(f"--net and --nodes need the iproute2 tools; missing: {', '.join(missing)}")
 
 
 def _run(cmd: list[str], check: bool = True) -> subprocess.CompletedProcess:
@@ -67,6 +79,8 @@ def leftovers(prefix: str) -> list[str]:
             name = parts[1].strip().split("@")[0]
             if name.startswith(prefix):
                 out.append(f"link {name}")
+    if os.path.isdir(ETC_NETNS):
+        out += [f"dir {ETC_NETNS}/{d}" for d in sorted(os.listdir(ETC_NETNS)) if d.startswith(prefix)]
     return out
 
 
@@ -92,17 +106,30 @@ def cleanup_prefix(prefix: str) -> list[str]:
             r = _run(["ip", "link", "del", item[5:]], check=False)
             if r.returncode != 0:
                 errors.append(f"ip link del {item[5:]}: {r.stderr.strip()}")
+        elif item.startswith("dir "):
+            shutil.rmtree(item[4:], ignore_errors=True)
+    try:
+        os.rmdir(ETC_NETNS)  # only when empty: it may hold other tools' files
+    except OSError:
+        pass
     return errors
 
 
 class NetEnv:
-    def __init__(self, nranks: int, rate_bits: float, delay_s: float = 0.0, prefix: str | None = None,
-                 log=None):
-        if nranks < 1 or nranks > 250:
-            raise ValueError("--net supports 1..250 ranks")
-        self.nranks, self.rate_bits, self.delay_s = nranks, float(rate_bits), float(delay_s)
+    def __init__(self, nranks: int, rate_bits: float | None, delay_s: float = 0.0, prefix: str | None = None,
+                 log=None, ranks_per_node: int = 1, hostnames: bool = False):
+        if ranks_per_node < 1 or nranks % ranks_per_node:
+            raise ValueError(f"{nranks} ranks do not split into nodes of {ranks_per_node}")
+        self.per_node, self.nnodes = ranks_per_node, nranks // ranks_per_node
+        if self.nnodes < 1 or self.nnodes > 250:
+            raise ValueError("--net supports 1..250 namespaces")
+        self.nranks, self.delay_s = nranks, float(delay_s)
+        self.rate_bits = float(rate_bits) if rate_bits else None
+        self.hostnames = hostnames
+        # one namespace per rank keeps its historical names (r<i>); emulated nodes are n<j>
+        self._tag = "r" if ranks_per_node == 1 else "n"
         self.prefix = prefix or f"rzb{os.getpid()}-"
-        if len(self.prefix) + 1 + len(str(nranks)) > 15:
+        if len(self.prefix) + 1 + len(str(self.nnodes)) > 15:
             raise ValueError(f"prefix {self.prefix!r} too long for Linux interface names")
         self.log = log or (lambda m: None)
         self.active = False
@@ -113,21 +140,36 @@ class NetEnv:
     def bridge_ns(self) -> str:
         return f"{self.prefix}br"
 
+    def node_of(self, r: int) -> int:
+        return r // self.per_node
+
+    def node_ns(self, j: int) -> str:
+        return f"{self.prefix}{self._tag}{j}"
+
     def rank_ns(self, r: int) -> str:
-        return f"{self.prefix}r{r}"
+        return self.node_ns(self.node_of(r))
 
     def ifname(self, r: int) -> str:
-        return f"{self.prefix}r{r}"
+        return self.rank_ns(r)
 
     def addr(self, r: int) -> str:
-        return f"{SUBNET}.{r + 1}"
+        return f"{SUBNET}.{self.node_of(r) + 1}"
+
+    def hostname(self, j: int) -> str:
+        return f"{self.prefix}host{j}"
 
     def exec_prefix(self, r: int) -> list[str]:
-        return ["ip", "netns", "exec", self.rank_ns(r)]
+        cmd = ["ip", "netns", "exec", self.rank_ns(r)]
+        if self.hostnames:  # a UTS namespace of its own, named like its node
+            set_name = 'hostname "$0" && exec "$@"'
+            cmd += ["unshare", "--uts", "--", "sh", "-c", set_name, self.hostname(self.node_of(r))]
+        return cmd
 
     def describe(self) -> str:
         d = f", one-way delay {self.delay_s * 1e3:g} ms" if self.delay_s else ""
-        return f"{self.rate_bits / 1e9:g} Gbit/s tbf per direction{d} (netns {self.prefix}*)"
+        rate = f"{self.rate_bits / 1e9:g} Gbit/s tbf per direction" if self.rate_bits else "unshaped"
+        where = f" on each node's NIC, shared by its {self.per_node} ranks" if self.per_node > 1 else ""
+        return f"{rate}{where}{d} (netns {self.prefix}*)"
 
     # lifecycle -----------------------------------------------------------------------------
     def __enter__(self):
@@ -163,6 +205,9 @@ class NetEnv:
         self._old_handlers = {}
 
     def _tbf(self) -> list[str]:
+        """The tbf qdisc arguments at RATE; [] when the links are unshaped (rate_bits None)."""
+        if not self.rate_bits:
+            return []
         rate_Bps = self.rate_bits / 8
         # burst must hold a whole GSO/TSO super-packet (64 KiB) and ~1 ms of traffic.
         burst = int(max(128 * 1024, rate_Bps * 1e-3))
@@ -170,10 +215,14 @@ class NetEnv:
         return ["tbf", "rate", f"{int(self.rate_bits)}bit", "burst", str(burst), "limit", str(limit)]
 
     def set_rate(self, rate_bits: float) -> None:
-        """Changes every link's rate while the ranks run (tc qdisc change: no reconnect)."""
+        """Changes every link's rate while the ranks run (tc qdisc change: no reconnect). The
+        links must have been shaped at setup (rate_bits given)."""
+        if not self.rate_bits or not rate_bits:
+            raise ValueError("set_rate changes the rate of shaped links: set up with a rate and give one")
         self.rate_bits = float(rate_bits)
-        for r in range(self.nranks):
-            for ns, dev, delay in ((self.bridge_ns, f"{self.prefix}h{r}", 0.0), (self.rank_ns(r), self.ifname(r), self.delay_s)):
+        for j in range(self.nnodes):
+            node_side = self.ifname(j * self.per_node)
+            for ns, dev, delay in ((self.bridge_ns, f"{self.prefix}h{j}", 0.0), (self.node_ns(j), node_side, self.delay_s)):
                 where = ["parent", "1:1", "handle", "10:"] if delay > 0 else ["root", "handle", "1:"]
                 _run(["ip", "netns", "exec", ns, "tc", "qdisc", "change", "dev", dev] + where + self._tbf())
         self.log(f"[net] links now {self.describe()}")
@@ -187,8 +236,9 @@ class NetEnv:
                                     "emulated here; drop the ',DELAY' part of --net")
             _run(base + ["root", "handle", "1:", "netem", "delay", f"{delay_s * 1e6:.0f}us",
                          "limit", "100000"])
-            _run(base + ["parent", "1:1", "handle", "10:"] + tbf)
-        else:
+            if tbf:
+                _run(base + ["parent", "1:1", "handle", "10:"] + tbf)
+        elif tbf:
             _run(base + ["root", "handle", "1:"] + tbf)
 
     @staticmethod
@@ -206,8 +256,9 @@ class NetEnv:
         _run(["ip", "-n", br_ns, "link", "set", "lo", "up"])
         _run(["ip", "-n", br_ns, "link", "add", br, "type", "bridge"])
         _run(["ip", "-n", br_ns, "link", "set", br, "up"])
-        for r in range(self.nranks):
-            ns, host_side, rank_side = self.rank_ns(r), f"{self.prefix}h{r}", self.ifname(r)
+        for j in range(self.nnodes):
+            r = j * self.per_node  # the node's first rank
+            ns, host_side, rank_side = self.node_ns(j), f"{self.prefix}h{j}", self.ifname(r)
             _run(["ip", "netns", "add", ns])
             _run(["ip", "-n", ns, "link", "set", "lo", "up"])
             _run(["ip", "-n", br_ns, "link", "add", host_side, "type", "veth", "peer", "name", rank_side,
@@ -218,7 +269,18 @@ class NetEnv:
             _run(["ip", "-n", ns, "link", "set", rank_side, "up"])
             self._shape(br_ns, host_side, 0.0)
             self._shape(ns, rank_side, self.delay_s)
-        self.log(f"[net] {self.nranks} namespaces {self.prefix}r* on bridge {br} ({self.describe()})")
+            if self.hostnames:
+                self._write_hosts(ns)
+        self.log(f"[net] {self.nnodes} namespaces {self.prefix}{self._tag}* on bridge {br} ({self.describe()})")
+
+    def _write_hosts(self, ns: str) -> None:
+        """The /etc/hosts `ip netns exec` shows inside `ns`: every node's hostname and address."""
+        d = os.path.join(ETC_NETNS, ns)
+        os.makedirs(d, exist_ok=True)
+        lines = ["127.0.0.1 localhost", "::1 localhost"]
+        lines += [f"{self.addr(j * self.per_node)} {self.hostname(j)}" for j in range(self.nnodes)]
+        with open(os.path.join(d, "hosts"), "w") as f:
+            f.write("\n".join(lines) + "\n")
 
     def teardown(self) -> None:
         if not self.active:
@@ -241,8 +303,11 @@ class NetEnv:
             self._restore_signals()
 
     # measurement ---------------------------------------------------------------------------
-    def measure_goodput(self, seconds: float = 1.5, src: int = 0, dst: int = 1, port: int = 29499) -> float:
-        """TCP goodput (bits/s) from rank `src` to rank `dst`, as the receiver saw it."""
+    def measure_goodput(self, seconds: float = 1.5, src: int = 0, dst: int | None = None,
+                        port: int = 29499) -> float:
+        """TCP goodput (bits/s) from rank `src` to rank `dst` (default: the first rank of the
+        next namespace, so the probe crosses the shaped link), as the receiver saw it."""
+        dst = self.per_node if dst is None else dst
         # run this file as a plain script: stdlib only, no torch import (fast start)
         me = [sys.executable, os.path.abspath(__file__)]
         env = dict(os.environ)
@@ -327,10 +392,10 @@ if __name__ == "__main__":
     sys.exit(main())
 
 
-def open_env(nproc: int, rate_bits, delay, log=None) -> "NetEnv":
+def open_env(nproc: int, rate_bits, delay, log=None, ranks_per_node: int = 1) -> "NetEnv":
     """The CLI's entry: a NetEnv for `nproc` ranks, or a clean exit saying what is missing."""
     try:
         check_prereqs()
     except NetSetupError as e:
         raise SystemExit(f"ringzip-bench: {e}") from None
-    return NetEnv(nproc, rate_bits, delay, log=log)
+    return NetEnv(nproc, rate_bits, delay, log=log, ranks_per_node=ranks_per_node)

@@ -2,16 +2,20 @@
 from __future__ import annotations
 
 
-def configs(backends: list[str], codecs: list[str], algorithms: list[str]) -> list[dict]:
-    """One configuration per backend x codec x algorithm; non-ringzip backends appear once."""
+def configs(backends: list[str], codecs: list[str], algorithms: list[str],
+            hierarchies: list[str] | None = None) -> list[dict]:
+    """One configuration per backend x codec x algorithm (x hierarchy, when a list is given:
+    flat and node-aware rows of one codec side by side); non-ringzip backends appear once."""
     out = []
     for b in backends:
         if b == "ringzip":
             for c in codecs:
                 for a in algorithms:
-                    out.append({"backend": b, "codec": c, "algorithm": a, "key": f"{b}/{c}/{a}"})
+                    for h in hierarchies or [None]:
+                        key = f"{b}/{c}/{a}" + (f"/{h}" if h else "")
+                        out.append({"backend": b, "codec": c, "algorithm": a, "hierarchy": h, "key": key})
         else:
-            out.append({"backend": b, "codec": "none", "algorithm": "-", "key": b})
+            out.append({"backend": b, "codec": "none", "algorithm": "-", "hierarchy": None, "key": b})
     return out
 
 

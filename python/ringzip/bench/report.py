@@ -11,7 +11,8 @@ def median_of_repeats(rows: list[dict]) -> list[dict]:
     one for an even count) among those that ran, with every repetition's time beside it."""
     groups: dict[tuple, list[dict]] = {}
     for r in rows:
-        groups.setdefault((r["size_bytes"], r["backend"], r["codec"], r["algorithm"]), []).append(r)
+        groups.setdefault((r["size_bytes"], r["backend"], r["codec"], r["algorithm"], r.get("hierarchy")),
+                          []).append(r)
     out = []
     for reps in groups.values():
         ok = sorted((r for r in reps if not r.get("error") and r.get("time_us")), key=lambda r: r["time_us"])
@@ -27,12 +28,19 @@ def median_of_repeats(rows: list[dict]) -> list[dict]:
 
 
 def add_speedups(rows: list[dict]) -> None:
-    """speedup_vs_gloo = gloo time / row time, for the gloo row of the same op and size."""
+    """speedup_vs_gloo = gloo time / row time, for the gloo row of the same op and size; on rows
+    with a hierarchy other than flat, speedup_vs_flat = time of the flat row of the same codec
+    and algorithm / row time."""
     gloo = {(r["op"], r["size_bytes"]): r["time_us"] for r in rows
             if r.get("backend") == "gloo" and r.get("time_us")}
+    flat = {(r["op"], r["size_bytes"], r["codec"], r["algorithm"]): r["time_us"] for r in rows
+            if r.get("hierarchy") == "flat" and r.get("time_us")}
     for r in rows:
         g = gloo.get((r.get("op"), r.get("size_bytes")))
         r["speedup_vs_gloo"] = (g / r["time_us"]) if (g and r.get("time_us")) else None
+        if r.get("hierarchy") not in (None, "flat"):
+            f = flat.get((r.get("op"), r.get("size_bytes"), r.get("codec"), r.get("algorithm")))
+            r["speedup_vs_flat"] = (f / r["time_us"]) if (f and r.get("time_us")) else None
 
 
 def _f(v, fmt: str, none: str = "-") -> str:
@@ -60,6 +68,8 @@ COLUMNS = [  # (title, width, getter)
     ("same", 4, lambda r: {True: "yes", False: "NO", None: "-"}[r.get("ranks_agree")]),
     ("codec%", 6, lambda r: _f(100 * r["codec_share"], ".0f") if r.get("codec_share") is not None else "-"),
 ]
+HIERARCHY_COLUMN = ("hier", 5, lambda r: r.get("hierarchy") or "-")
+VS_FLAT_COLUMN = ("vsflat", 6, lambda r: _f(r.get("speedup_vs_flat"), ".2f"))
 LINK_COLUMNS = [
     ("floor(us)", 10, lambda r: _f(r.get("floor_us"), ".1f")),
     ("eff", 5, lambda r: _f(r.get("efficiency"), ".2f")),
@@ -69,13 +79,25 @@ LINK_COLUMNS = [
 AUTO_COLUMNS = [("chose", 12, lambda r: r.get("auto_choice") or "-")]
 
 
+def _hierarchical(rows) -> bool:
+    return any(r.get("hierarchy") for r in rows)
+
+
 def _columns(rows):
     cols = list(COLUMNS)
     if any(r.get("auto_choice") for r in rows):
         cols += AUTO_COLUMNS
+    if _hierarchical(rows):  # after algo, so a row's name reads e.g. "ringzip q4 auto node"
+        cols.insert(7, HIERARCHY_COLUMN)
+        cols.insert(cols.index(next(c for c in cols if c[0] == "speedup")) + 1, VS_FLAT_COLUMN)
     if any(r.get("link_gbit") for r in rows):
         cols += LINK_COLUMNS
     return cols
+
+
+def _name_columns(rows) -> int:
+    """How many leading columns name the row (shown on error rows too)."""
+    return 8 if _hierarchical(rows) else 7
 
 
 def legend(rows) -> list[str]:
@@ -91,18 +113,22 @@ def legend(rows) -> list[str]:
                      "repetition with the median time (all times in the JSON, repeat_times_us)")
     if any(r.get("auto_choice") for r in rows):
         lines.append("# chose = what algorithm/codec 'auto' ran in the timed iterations (counts when it changed)")
+    if _hierarchical(rows):
+        lines.append("# hier = ringzip's hierarchy option (flat: every rank alike; node: exact inside a node, "
+                     "codec between nodes); vsflat = time of the flat row of the same codec / time")
     if any(r.get("link_gbit") for r in rows):
-        lines.append("# floor = busfactor * S / (r * B) with B the configured link rate; eff = floor / time")
+        lines.append("# floor = busfactor * S / (r * B) with B the configured link rate (with --nodes: busfactor "
+                     "over the N node NICs); eff = floor / time")
     return lines
 
 
 def text_table(rows: list[dict]) -> str:
-    cols = _columns(rows)
+    cols, nid = _columns(rows), _name_columns(rows)
     head = " ".join(t.rjust(w) for t, w, _ in cols)
     out = [head]
     for r in rows:
         if r.get("error"):
-            cells = [g(r).rjust(w) for t, w, g in cols[:7]]
+            cells = [g(r).rjust(w) for t, w, g in cols[:nid]]
             out.append(" ".join(cells) + "  ERROR: " + str(r["error"]).splitlines()[0][:160])
         else:
             out.append(" ".join(g(r).rjust(w) for t, w, g in cols))
@@ -110,13 +136,13 @@ def text_table(rows: list[dict]) -> str:
 
 
 def markdown_table(rows: list[dict]) -> str:
-    cols = _columns(rows)
+    cols, nid = _columns(rows), _name_columns(rows)
     out = ["| " + " | ".join(t for t, _, _ in cols) + " | note |",
            "|" + "|".join("---:" for _ in cols) + "|---|"]
     for r in rows:
         err = str(r["error"]).splitlines()[0][:200].replace("|", "/") if r.get("error") else ""
         if err:
-            cells = [g(r) for _, _, g in cols[:7]] + [""] * (len(cols) - 7)
+            cells = [g(r) for _, _, g in cols[:nid]] + [""] * (len(cols) - nid)
         else:
             cells = [g(r) for _, _, g in cols]
         out.append("| " + " | ".join(cells) + f" | {err} |")
@@ -141,7 +167,8 @@ def plot(path: Path, rows: list[dict], title: str) -> None:
     for r in rows:
         if r.get("time_us"):
             label = r["backend"] if r["backend"] != "ringzip" else f"ringzip {r['codec']}" + (
-                f" ({r['algorithm']})" if r["algorithm"] not in ("auto", "-") else "")
+                f" ({r['algorithm']})" if r["algorithm"] not in ("auto", "-") else "") + (
+                f" {r['hierarchy']}" if r.get("hierarchy") else "")
             series.setdefault(label, []).append(r)
     fig, (ax_t, ax_b) = plt.subplots(1, 2, figsize=(13, 5))
     for label, rs in sorted(series.items()):

@@ -4,38 +4,44 @@ Model: an MLP on a synthetic but learnable classification task (labels from a fi
 teacher network plus noise), fixed seeds, so every configuration sees identical data and initial
 weights. Reported per configuration: median step time (slowest rank), samples/s, final training
 loss (mean of the last steps) and test accuracy.
+
+`--task charlm|digits` runs the time-to-accuracy benchmark on real data instead (tta.py).
 """
 from __future__ import annotations
 
-import datetime
 import json
-import os
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-from .common import fmt_rate, header_lines, log, parse_net, split_list
+from .common import header_lines, log, split_list
 
 IN_DIM, CLASSES = 64, 10
 
 
 def add_arguments(p) -> None:
+    from . import tta
+
+    p.add_argument("--task", default="synthetic", choices=("synthetic", "charlm", "digits"),
+                   help="synthetic: the MLP below, one row per --backend/--codec; charlm, digits: time to "
+                        "accuracy on real data against torch's DDP hooks (--rows, --seeds; tta.py)")
     p.add_argument("-n", "--nproc", type=int, default=4)
     p.add_argument("--backend", default="ringzip,gloo")
     p.add_argument("--codec", default="none,q8,q4,topk:0.01")
     p.add_argument("--algorithm", default="auto")
     p.add_argument("--ropt", action="append", default=[], metavar="KEY=VALUE")
-    p.add_argument("--steps", type=int, default=150)
-    p.add_argument("--batch", type=int, default=64, help="per-rank batch size")
+    p.add_argument("--steps", type=int, help="default: 150 (synthetic) or the task's")
+    p.add_argument("--batch", type=int, help="per-rank batch size; default: 64 (synthetic) or the task's")
     p.add_argument("--hidden", type=int, default=512)
-    p.add_argument("--lr", type=float, default=0.05)
+    p.add_argument("--lr", type=float, help="default: 0.05 (synthetic) or the task's")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--net", help="emulated link RATE[,DELAY] (root)")
     p.add_argument("--json", help="write the rows here")
-    p.add_argument("--row-timeout", type=float, default=300.0)
+    p.add_argument("--row-timeout", type=float, help="seconds without a finished row before the ranks count as "
+                                                     "hung; default 300 (synthetic), 900 (tasks)")
     p.add_argument("--threads", type=int, default=1)
+    tta.add_arguments(p)
 
 
 # ---- rank side --------------------------------------------------------------------------------
@@ -102,49 +108,30 @@ def _train_one(spec, cfg, rank, n, ctrl_timeout):
     return {"step_s": times[warm:] or times, "loss": sum(tail) / len(tail), "acc": acc}
 
 
-def worker_main(spec_path: str) -> int:
-    import torch
-    import torch.distributed as dist
+def _row(spec, cfg, got, err) -> dict:
+    row = {"backend": cfg["backend"], "codec": cfg["codec"], "algorithm": cfg["algorithm"],
+           "nproc": len(got), "error": err}
+    if not err:
+        n = len(got)
+        per_step = [max(g["step_s"][i] for g in got) for i in range(len(got[0]["step_s"]))]
+        t = statistics.median(per_step)
+        row.update(step_ms=t * 1e3, samples_per_s=spec["batch"] * n / t,
+                   final_loss=sum(g["loss"] for g in got) / n, test_acc=got[0]["acc"],
+                   acc_spread=max(g["acc"] for g in got) - min(g["acc"] for g in got))
+    return row
 
-    spec = json.loads(Path(spec_path).read_text())
-    rank, n = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    torch.set_num_threads(spec.get("threads", 1))
-    timeout = datetime.timedelta(seconds=spec.get("timeout_s", 300))
-    dist.init_process_group("gloo", rank=rank, world_size=n, timeout=timeout,
-                            init_method=f"tcp://{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}")
-    events = open(spec["events"], "a") if rank == 0 else None
-    for idx in range(spec["start"], len(spec["configs"])):
-        cfg = spec["configs"][idx]
-        if events:
-            events.write(json.dumps({"event": "begin", "index": idx}) + "\n")
-            events.flush()
-        try:
-            res = _train_one(spec, cfg, rank, n, timeout)
-            res["err"] = None
-        except Exception as e:  # noqa: BLE001 - becomes the row's error
-            res = {"err": f"{type(e).__name__}: {e}"[:300]}
-        got = [None] * n
-        dist.all_gather_object(got, res)
-        if events:
-            row = {"backend": cfg["backend"], "codec": cfg["codec"], "algorithm": cfg["algorithm"],
-                   "nproc": n, "error": next((g["err"] for g in got if g["err"]), None)}
-            if not row["error"]:
-                per_step = [max(g["step_s"][i] for g in got) for i in range(len(got[0]["step_s"]))]
-                t = statistics.median(per_step)
-                row.update(step_ms=t * 1e3, samples_per_s=spec["batch"] * n / t,
-                           final_loss=sum(g["loss"] for g in got) / n, test_acc=got[0]["acc"],
-                           acc_spread=max(g["acc"] for g in got) - min(g["acc"] for g in got))
-            events.write(json.dumps({"event": "row", "index": idx, "row": row}) + "\n")
-            events.flush()
-    dist.barrier()
-    dist.destroy_process_group()
-    return 0
 
 
 # ---- launcher side ----------------------------------------------------------------------------
 def run(args) -> int:
+    if args.task != "synthetic":
+        from . import tta
+
+        return tta.run(args)
+    args.steps, args.batch, args.lr = args.steps or 150, args.batch or 64, args.lr or 0.05
+    args.row_timeout = args.row_timeout or 300.0
     from .collective import _parse_ropts
-    from .launch import Launcher, log_tail
+    from .launch import ranks_env, run_configs
     from .plan import configs
 
     cfgs = configs(split_list(args.backend), split_list(args.codec) or ["none"], split_list(args.algorithm) or ["auto"])
@@ -152,57 +139,25 @@ def run(args) -> int:
     spec = {"configs": cfgs, "steps": args.steps, "batch": args.batch, "hidden": args.hidden, "lr": args.lr,
             "seed": args.seed, "threads": args.threads, "ringzip_options": _parse_ropts(args.ropt),
             "timeout_s": max(60.0, args.row_timeout)}
-    rate, delay = parse_net(args.net) if args.net else (None, 0.0)
-    link = fmt_rate(rate) if not args.net else f"--net {args.net}"
     rows: dict[int, dict] = {}
-    net = None
-    if args.net:
-        from .netem import open_env
-
-        net = open_env(args.nproc, rate, delay, log=log)
+    link = "?"
     params = IN_DIM * args.hidden + args.hidden * args.hidden + args.hidden * CLASSES
     extra = {"model": f"MLP {IN_DIM}-{args.hidden}-{args.hidden}-{CLASSES} (~{params / 1e3:.0f}K params, "
                       f"{params * 4 / 2**20:.2f} MiB fp32 grads), {args.steps} steps, batch {args.batch}/rank, seed {args.seed}"}
+
+    def on_row(r):
+        log(f"[train] {r['backend']} {r['codec']}: "
+            + (f"{r['step_ms']:.1f} ms/step" if not r.get("error") else f"ERROR {r['error'][:80]}"))
+
+    def identity(i):
+        c = cfgs[i]
+        return {"backend": c["backend"], "codec": c["codec"], "algorithm": c["algorithm"], "nproc": args.nproc}
+
     try:
-        with tempfile.TemporaryDirectory(prefix="ringzip-train-") as tmp:
-            if net is not None:
-                net.__enter__()
-            try:
-                if net is not None and args.nproc >= 2:
-                    link += f" (measured TCP goodput {net.measure_goodput() / 1e9:.3f} Gbit/s)"
-                print("\n".join(header_lines(args.nproc, link, extra)), flush=True)
-                start, k = 0, 0
-                while start < len(cfgs):
-                    k += 1
-                    ev_path = Path(tmp) / f"events{k}.jsonl"
-                    sp = Path(tmp) / f"spec{k}.json"
-                    sp.write_text(json.dumps(dict(spec, start=start, events=str(ev_path))))
-
-                    def on_event(ev):
-                        if ev.get("event") == "row":
-                            r = ev["row"]
-                            log(f"[train] {r['backend']} {r['codec']}: "
-                                + (f"{r['step_ms']:.1f} ms/step" if not r.get("error") else f"ERROR {r['error'][:80]}"))
-
-                    res = Launcher(args.nproc, Path(tmp), net, args.threads).run(
-                        "ringzip.bench.train", ["--worker", str(sp)], ev_path, args.row_timeout, on_event)
-                    begun = [e["index"] for e in res.events if e.get("event") == "begin"]
-                    for e in res.events:
-                        if e.get("event") == "row":
-                            rows[e["index"]] = e["row"]
-                    if res.ok:
-                        break
-                    pending = [i for i in begun if i not in rows]
-                    log(f"[train] ranks failed: {res.reason}\n{log_tail(res.logs, 4)}")
-                    if not pending:
-                        break
-                    c = cfgs[pending[-1]]
-                    rows[pending[-1]] = {"backend": c["backend"], "codec": c["codec"], "algorithm": c["algorithm"],
-                                         "nproc": args.nproc, "error": res.reason}
-                    start = pending[-1] + 1
-            finally:
-                if net is not None:
-                    net.__exit__(None, None, None)
+        with ranks_env(args.nproc, args.net, "ringzip-train-") as (tmp, net, link):
+            print("\n".join(header_lines(args.nproc, link, extra)), flush=True)
+            rows = run_configs(args.nproc, tmp, net, args.threads, "ringzip.bench.train", spec, len(cfgs),
+                               args.row_timeout, identity, on_row, log)
     except KeyboardInterrupt:
         log("[train] interrupted")
     out = [rows[i] for i in sorted(rows)]
@@ -223,7 +178,6 @@ def run(args) -> int:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 3 and sys.argv[1] == "--worker":
-        sys.exit(worker_main(sys.argv[2]))
-    print("internal: python -m ringzip.bench.train --worker SPEC.json (use `ringzip-bench train`)")
-    sys.exit(2)
+    from .launch import worker_cli
+
+    sys.exit(worker_cli(sys.argv[1:], _train_one, _row))

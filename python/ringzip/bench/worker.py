@@ -80,6 +80,8 @@ class Groups:
                         kwargs["codec"] = cfg["codec"]
                     if cfg["algorithm"] != "auto":
                         kwargs["algorithm"] = cfg["algorithm"]
+                    if cfg.get("hierarchy"):
+                        kwargs["hierarchy"] = cfg["hierarchy"]
                     opts = ringzip.Options(**kwargs)
                     g = dist.new_group(backend="ringzip", pg_options=opts, timeout=self.timeout)
                 else:
@@ -212,8 +214,8 @@ def combine(spec, item, case: OpCase, results: list[dict], n: int) -> dict:
     row = {
         "op": op, "size_bytes": size, "count": case.count, "dtype": spec["dtype"],
         "redop": redop(op), "backend": cfg["backend"], "codec": cfg["codec"],
-        "algorithm": cfg["algorithm"], "nproc": n, "iters": 0, "time_us": None,
-        "time_us_min": None, "algbw_gbps": None, "busbw_gbps": None, "ratio": None,
+        "algorithm": cfg["algorithm"], "hierarchy": cfg.get("hierarchy"), "nproc": n, "iters": 0,
+        "time_us": None, "time_us_min": None, "algbw_gbps": None, "busbw_gbps": None, "ratio": None,
         "wire_busbw_gbps": None, "speedup_vs_gloo": None, "max_abs_err": None,
         "rel_l2_err": None, "ranks_agree": None, "link_gbit": spec.get("link_gbit"),
         "floor_us": None, "efficiency": None, "error": None,
@@ -263,8 +265,10 @@ def combine(spec, item, case: OpCase, results: list[dict], n: int) -> dict:
     crcs = {r["crc"] for r in results}
     row["ranks_agree"] = (len(crcs) == 1) if None not in crcs else None
     link = spec.get("link_gbit")
-    if link and ratio:
-        floor = bus_factor(op, n) * size / (ratio * link * 1e9 / 8)
+    # With emulated nodes the shaped links are the node NICs: the floor is that of N endpoints.
+    endpoints = spec.get("nodes") or n
+    if link and ratio and endpoints > 1:
+        floor = bus_factor(op, endpoints) * size / (ratio * link * 1e9 / 8)
         row["floor_us"] = floor * 1e6
         row["efficiency"] = floor / t
     return row
@@ -276,6 +280,18 @@ def _choice_label(counts: dict) -> str | None:
         return None
     items = sorted(counts.items(), key=lambda kv: -kv[1])
     return items[0][0] if len(items) == 1 else "/".join(f"{k} {v}" for k, v in items)
+
+
+def _topology(group) -> dict | None:
+    """The layout ringzip chose for `group` (nodes, ranks per node, hierarchical or not, why), if
+    this build reports one in stats()."""
+    try:
+        import ringzip
+
+        topo = ringzip.stats(group).get("topology")
+    except Exception:  # noqa: BLE001 - older builds, or stats without it
+        return None
+    return topo if isinstance(topo, dict) else ({"layout": str(topo)} if topo else None)
 
 
 def _inject_fault(idx: int, rank: int) -> None:
@@ -311,6 +327,7 @@ def main(argv=None) -> int:
     groups = Groups(timeout, spec.get("ringzip_options", {}))
     # Every group is created and exercised before the first row, so no row (in particular the
     # first ringzip one) pays for connection set-up and first-use initialization.
+    events = open(spec["events"], "a") if rank == 0 else None
     for cfg in spec["configs"]:
         g, err = groups.get(cfg)
         if g is not None and err is None:
@@ -319,8 +336,12 @@ def main(argv=None) -> int:
                     dist.barrier(group=g)
             except Exception:  # noqa: BLE001 - the rows will report the group's failure
                 pass
+            topo = _topology(g) if events and cfg["backend"] == "ringzip" else None
+            if topo:
+                events.write(json.dumps({"event": "topology", "key": cfg["key"], "topology": topo},
+                                        default=str) + "\n")
+                events.flush()
     skip = set(spec.get("skip", []))
-    events = open(spec["events"], "a") if rank == 0 else None
     dtype = DTYPES[spec["dtype"]]
     elem = torch.empty(0, dtype=dtype).element_size()
     case, case_size = None, None

@@ -1,8 +1,10 @@
 """Pure-torch oracle of the node-aware collectives (csrc/collective/hierarchy/), bit for bit:
 the flat reference collectives composed in the order of the C++ steps -- a ring reduce-scatter
 inside every node, the inter-node step on every local shard among the ranks of that local rank
-(seed ``seed ^ local << 48`` for compressed shards, residual offsets those of the shard), and a
-ring all-gather inside every node. ``nodes[r]`` is any label of rank r's node."""
+(seed ``seed ^ local << 48 ^ chunk << 40`` for compressed shards, residual offsets those of the
+shard), and a ring all-gather inside every node. All-reduce runs these steps per chunk of about
+8 MiB (at most 8 chunks, ``chunks``), as the C++ pipeline does. ``nodes[r]`` is any label of
+rank r's node."""
 from __future__ import annotations
 
 import torch
@@ -24,8 +26,16 @@ def _flat(xs):
     return [x.contiguous().reshape(-1).clone() for x in xs]
 
 
-def _shard_seed(seed: int, local: int) -> int:
-    return seed ^ (local << 48)
+CHUNK_BYTES = 8 << 20  # csrc/collective/hierarchy/hierarchy.cc kChunkBytes, kMaxChunks
+MAX_CHUNKS = 8
+
+
+def chunks(count: int, elem_bytes: int) -> list[int]:
+    return even_parts(count, max(1, min(MAX_CHUNKS, count * elem_bytes // CHUNK_BYTES)))
+
+
+def _shard_seed(seed: int, local: int, chunk: int = 0) -> int:
+    return seed ^ (local << 48) ^ (chunk << 40)
 
 
 def _by_node(d, nodes, op, inter, parts_of):
@@ -45,14 +55,22 @@ def _by_node(d, nodes, op, inter, parts_of):
     return groups, parts
 
 
-def allreduce(xs, nodes, op="sum", algo="auto", seq=0):
-    d = _flat(xs)
-    groups, parts = _by_node(d, nodes, op, lambda _l, _r, shards, _o: flat_allreduce(shards, op, algo, seq),
-                             even_parts)
-    for m in groups:
-        for r, v in zip(m, ring_allgather([d[r] for r in m], parts)):
-            d[r] = v
+def _allreduce_chunks(d, nodes, op, inter):
+    """inter(local, ranks, shards, offset, chunk) -> new shards; d: float buffers, in place."""
+    at = chunks(d[0].numel(), d[0].element_size())
+    for i in range(len(at) - 1):
+        sl = slice(at[i], at[i + 1])
+        part = [x[sl].clone() for x in d]
+        groups, parts = _by_node(part, nodes, op, lambda l, r, sh, o, i=i, base=at[i]: inter(l, r, sh, base + o, i),
+                                 even_parts)
+        for m in groups:
+            for r, v in zip(m, ring_allgather([part[r] for r in m], parts)):
+                d[r][sl] = v
     return d
+
+
+def allreduce(xs, nodes, op="sum", algo="auto", seq=0):
+    return _allreduce_chunks(_flat(xs), nodes, op, lambda _l, _r, shards, _o, _i: flat_allreduce(shards, op, algo, seq))
 
 
 def compressed_allreduce(xs, nodes, codec, algorithm="auto", seed=0, rng_seq=0, seq=0, topk_block=1 << 20,
@@ -60,20 +78,16 @@ def compressed_allreduce(xs, nodes, codec, algorithm="auto", seed=0, rng_seq=0, 
     d = [x.float().contiguous().reshape(-1).clone() for x in xs]
     res = None if residuals is None else [r.float().contiguous().reshape(-1).clone() for r in residuals]
 
-    def inter(local, ranks, shards, off):
+    def inter(local, ranks, shards, off, chunk):
         sub = None if res is None else [res[r][off:off + shards[0].numel()] for r in ranks]
-        out, new = flat_compressed_allreduce(shards, codec, algorithm, _shard_seed(seed, local), rng_seq, seq,
+        out, new = flat_compressed_allreduce(shards, codec, algorithm, _shard_seed(seed, local, chunk), rng_seq, seq,
                                              topk_block, bucket, stochastic, sub)
         if res is not None:
             for r, v in zip(ranks, new):
                 res[r][off:off + v.numel()] = v
         return out
 
-    groups, parts = _by_node(d, nodes, "sum", inter, even_parts)
-    for m in groups:
-        for r, v in zip(m, ring_allgather([d[r] for r in m], parts)):
-            d[r] = v
-    return d, res
+    return _allreduce_chunks(d, nodes, "sum", inter), res
 
 
 def _staged(d, groups, n):

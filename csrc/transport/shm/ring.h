@@ -1,0 +1,129 @@
+#pragma once
+// One single-producer single-consumer byte ring in shared memory, carrying frames.
+//
+// A frame is a 32-byte header and its payload, padded to 64 bytes so that every header starts
+// a cache line; frames never wrap: when the end of the ring is too short, the producer writes
+// a Wrap frame that sends the consumer back to the start. `head` and `tail` count bytes since
+// the start (they never wrap; 2^64 bytes is centuries of traffic). The producer copies a frame
+// in, then publishes it with a release store of head; the consumer acquires head, reads the
+// frame and releases its bytes with a store of tail. Only whole frames are ever visible.
+//
+// A message is a Message frame (tag, total size, first bytes) followed by Data frames with the
+// rest, in order, nothing else in between: a ring is one ordered stream, so at most one message
+// is in flight per ordered pair of ranks and no frame needs an id.
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "transport/shm/segment.h"
+
+namespace ringzip::shm {
+
+enum class FrameKind : uint32_t { Message = 0x4d534731, Data = 0x44415431, Wrap = 0x57524150 };
+
+struct FrameHeader {
+  FrameKind kind;
+  uint32_t tag;
+  uint64_t payload;  // bytes after the header in this frame
+  uint64_t total;    // Message: bytes of the whole message
+  uint64_t number;  // Message: the message's number in this ring (from 1; RingControl::acks)
+};
+static_assert(sizeof(FrameHeader) == 32);
+
+constexpr size_t kFrameAlign = 64;
+constexpr size_t frame_bytes(size_t payload) {
+  return (sizeof(FrameHeader) + payload + kFrameAlign - 1) / kFrameAlign * kFrameAlign;
+}
+
+class Producer {
+ public:
+  Producer() = default;
+  Producer(RingControl* ctl, char* data, size_t cap) : ctl_(ctl), data_(data), cap_(cap) {}
+  RingControl* control() const { return ctl_; }
+
+  // How many payload bytes (at most `want`, at least `least`, 1 <= least <= want) one frame can
+  // carry now; 0 when the ring has not room for `least`. Writes a Wrap frame when only the
+  // start of the ring has room.
+  size_t room(size_t want, size_t least) {
+    for (int pass = 0; pass < 2; ++pass) {
+      if (cap_ - (head_ - tail_) < frame_bytes(least)) tail_ = ctl_->tail.load(std::memory_order_acquire);
+      const size_t free = cap_ - (head_ - tail_);
+      const size_t contig = cap_ - head_ % cap_;
+      const size_t room = std::min(free, contig);
+      if (room >= frame_bytes(least)) return std::min(want, room - sizeof(FrameHeader));
+      if (contig >= free) return 0;  // wrapping would not help: wait for the consumer
+      put_header(FrameKind::Wrap, 0, 0, 0, 0);
+      head_ += contig;
+      ctl_->head.store(head_, std::memory_order_release);
+    }
+    return 0;
+  }
+
+  // Writes and publishes one frame; `n` must not exceed what room() allowed.
+  void write(FrameKind kind, uint32_t tag, uint64_t total, uint64_t number, const void* src, size_t n) {
+    put_header(kind, tag, n, total, number);
+    std::memcpy(data_ + head_ % cap_ + sizeof(FrameHeader), src, n);
+    head_ += frame_bytes(n);
+    ctl_->head.store(head_, std::memory_order_release);
+  }
+
+ private:
+  void put_header(FrameKind kind, uint32_t tag, uint64_t payload, uint64_t total, uint64_t number) {
+    FrameHeader h{kind, tag, payload, total, number};
+    std::memcpy(data_ + head_ % cap_, &h, sizeof h);
+  }
+
+  RingControl* ctl_ = nullptr;
+  char* data_ = nullptr;
+  size_t cap_ = 0;
+  uint64_t head_ = 0;  // ours to write
+  uint64_t tail_ = 0;  // the consumer's, as last seen
+};
+
+class Consumer {
+ public:
+  Consumer() = default;
+  Consumer(RingControl* ctl, char* data, size_t cap) : ctl_(ctl), data_(data), cap_(cap) {}
+  RingControl* control() const { return ctl_; }
+
+  // The next frame (Wrap frames are skipped here), or false when the ring is empty. A header
+  // that cannot be a frame of this ring (a peer writing garbage) returns true with
+  // `corrupt` set; the caller stops reading this ring.
+  bool next(FrameHeader& h, const char*& payload, bool& corrupt) {
+    corrupt = false;
+    for (;;) {
+      if (tail_ == head_) {
+        head_ = ctl_->head.load(std::memory_order_acquire);
+        if (tail_ == head_) return false;
+      }
+      const size_t at = tail_ % cap_;
+      std::memcpy(&h, data_ + at, sizeof h);
+      if (h.kind == FrameKind::Wrap) {
+        release_bytes(cap_ - at);
+        continue;
+      }
+      corrupt = (h.kind != FrameKind::Message && h.kind != FrameKind::Data) ||
+                h.payload > cap_ - at - sizeof(FrameHeader) || frame_bytes(h.payload) > head_ - tail_;
+      payload = data_ + at + sizeof(FrameHeader);
+      return true;
+    }
+  }
+
+  // Frees the frame that next() returned.
+  void release(const FrameHeader& h) { release_bytes(frame_bytes(h.payload)); }
+
+ private:
+  void release_bytes(size_t n) {
+    tail_ += n;
+    ctl_->tail.store(tail_, std::memory_order_release);
+  }
+
+  RingControl* ctl_ = nullptr;
+  char* data_ = nullptr;
+  size_t cap_ = 0;
+  uint64_t tail_ = 0;  // ours to write
+  uint64_t head_ = 0;  // the producer's, as last seen
+};
+
+}  // namespace ringzip::shm
