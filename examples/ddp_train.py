@@ -79,7 +79,8 @@ def main() -> None:
     if rank == 0:
         topo = ringzip.stats()["topology"]
         how = "node-aware" if topo["node_aware"] else f"flat ({topo['flat_reason']})"
-        print(f"OK: {world} ranks, loss {first:.4f} -> {last:.4f}; {topo['layout']}, {how}", flush=True)
+        print(f"OK: {world} ranks, loss {first:.4f} -> {last:.4f}; {topo['layout']}, {how}, "
+              f"transport {topo['transport']}", flush=True)
     dist.destroy_process_group()
 
 

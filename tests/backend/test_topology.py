@@ -126,6 +126,16 @@ def topology_checks(ctx):
         st = ringzip.stats(flat)["q4"]
         assert st["bytes_intra_node"] == 0 and 7.0 < st["ratio"] < 8.0, st
 
+    with chk.case("flat_ring_over_shm_and_gloo_large_segments"):
+        # ring 0 -> 1 (shm) -> 2 (Gloo) -> 3 (shm) -> 0 (Gloo) with 2.5 MB segments, more than a
+        # 2 MiB shm ring holds: rank 0 waits on Gloo while its shm send must keep streaming (the
+        # shm progress thread), or the ring deadlocks
+        ring = dist.new_group(pg_options=ringzip.Options(hierarchy="flat", algorithm="ring"))
+        xs = _inputs(7, 10_000_000)
+        x = xs[rank].clone()
+        dist.all_reduce(x, group=ring)
+        _bits_equal(x, RC.allreduce(xs, algo="ring")[rank], "flat ring all_reduce")
+
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         uneven = dist.new_group([0, 1, 2], pg_options=ringzip.Options(hierarchy="node", codec="q4"))
@@ -165,4 +175,4 @@ def topology_checks(ctx):
 def test_node_layouts_in_process_groups():
     res = mp.run(topology_checks, 4, timeout=180)
     mp.raise_on_failures(mp.merge(res), "node layouts")
-    assert len(set().union(*(r["passed"] for r in res))) == 12, [sorted(r["passed"]) for r in res]
+    assert len(set().union(*(r["passed"] for r in res))) == 13, [sorted(r["passed"]) for r in res]
