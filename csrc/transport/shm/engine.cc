@@ -384,18 +384,24 @@ void Engine::wait(Op& op, std::chrono::milliseconds timeout) {
       lk.lock();
       continue;
     }
-    me_->sleepers.fetch_add(1, std::memory_order_seq_cst);
-    ++local_sleepers_;
-    if (me_->bell.load(std::memory_order_seq_cst) == seq) {
-      lk.unlock();
-      auto nap = std::min<Clock::duration>(deadline - now, kWatchEvery);
-      if (parked_) nap = std::min<Clock::duration>(nap, idle_since + kRescueAfter - now);
-      futex_wait(&me_->bell, seq, nap);
-      lk.lock();
-    }
-    --local_sleepers_;
-    me_->sleepers.fetch_sub(1, std::memory_order_seq_cst);
+    auto nap = std::min<Clock::duration>(deadline - now, kWatchEvery);
+    if (parked_) nap = std::min<Clock::duration>(nap, idle_since + kRescueAfter - now);
+    sleep_on_bell(lk, seq, nap);
   }
+}
+
+// Sleeps (mu_ released) until the doorbell moves past `seq` or `nap` passed; registered as a
+// sleeper first, so a peer that bumps the bell after our last look also wakes us.
+void Engine::sleep_on_bell(std::unique_lock<std::mutex>& lk, uint32_t seq, std::chrono::steady_clock::duration nap) {
+  me_->sleepers.fetch_add(1, std::memory_order_seq_cst);
+  ++local_sleepers_;
+  if (me_->bell.load(std::memory_order_seq_cst) == seq) {
+    lk.unlock();
+    futex_wait(&me_->bell, seq, nap);
+    lk.lock();
+  }
+  --local_sleepers_;
+  me_->sleepers.fetch_sub(1, std::memory_order_seq_cst);
 }
 
 void Engine::acknowledge(Peer& p, uint64_t number) {
@@ -463,17 +469,9 @@ void Engine::background() {
       last_watch_ = now;
       watch_peers();
     }
-    me_->sleepers.fetch_add(1, std::memory_order_seq_cst);
-    ++local_sleepers_;
-    if (me_->bell.load(std::memory_order_seq_cst) == seq) {
-      lk.unlock();
-      Clock::duration nap = kWatchEvery;
-      if (parked_) nap = std::max<Clock::duration>(std::chrono::microseconds(100), idle_since + kRescueAfter - now);
-      futex_wait(&me_->bell, seq, nap);
-      lk.lock();
-    }
-    --local_sleepers_;
-    me_->sleepers.fetch_sub(1, std::memory_order_seq_cst);
+    Clock::duration nap = kWatchEvery;
+    if (parked_) nap = std::max<Clock::duration>(std::chrono::microseconds(100), idle_since + kRescueAfter - now);
+    sleep_on_bell(lk, seq, nap);
   }
 }
 
@@ -543,12 +541,7 @@ void Engine::close() noexcept {
     thread_parked_ = false;
     idle_cv_.notify_all();
   }
-  if (thread_.joinable()) {
-    if (thread_.get_id() == std::this_thread::get_id())
-      thread_.detach();
-    else
-      thread_.join();
-  }
+  if (thread_.joinable()) thread_.join();  // the thread never owns the engine: never this thread
   std::lock_guard<std::mutex> lk(mu_);
   if (in_wait_ == 0) release_memory();
 }

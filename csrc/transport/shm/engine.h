@@ -32,9 +32,9 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <condition_variable>
 #include <thread>
 #include <vector>
-#include <condition_variable>
 
 #include "transport/shm/ring.h"
 #include "transport/shm/segment.h"
@@ -97,6 +97,7 @@ class Engine {
   bool pending() const;
   void background();
   void wake_thread();
+  void sleep_on_bell(std::unique_lock<std::mutex>& lk, uint32_t seq, std::chrono::steady_clock::duration nap);
   void shut(uint32_t state_bit, const std::string& why);
   void release_memory();
   std::string describe(const Op& op) const;
