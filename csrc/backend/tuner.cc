@@ -28,7 +28,12 @@ constexpr size_t kProbeBytes = 1 << 20;
 constexpr uint64_t kMinCalls = 4, kMaxCalls = 16;
 constexpr double kCostRatio = 50;
 constexpr uint64_t kExpire = 8;   // refreshes a measurement stays valid without a new sample
-constexpr size_t kTimes = 3;      // samples per calibration key (their least, as above)
+// A way's calibration price is the second least of its last five times (the least while it has
+// fewer than three), not the least: with more ranks than cores the ranks' own scheduling spreads
+// every way's times (4 ranks on 2 cores: the least of three was 1.4-2.2x below the median for
+// some ways, 1.1x for others), and the least then favours the way that spreads most. One lucky
+// sample is ignored; the load of other work, which only ever adds, still is.
+constexpr size_t kTimes = 5;
 
 void push(std::deque<double>& w, double x) {
   if (!std::isfinite(x) || x <= 0) return;
@@ -38,6 +43,13 @@ void push(std::deque<double>& w, double x) {
 
 double least(const std::deque<double>& w, double fallback) {
   return w.empty() ? fallback : *std::min_element(w.begin(), w.end());
+}
+
+double way_price(const std::deque<double>& w) {
+  if (w.empty()) return 0;
+  std::vector<double> s(w.begin(), w.end());
+  std::sort(s.begin(), s.end());
+  return s[s.size() >= 3 ? 1 : 0];
 }
 
 // One ring step (send to the right, receive from the left) of `bytes`; this rank's seconds.
@@ -108,8 +120,7 @@ void Tuner::agree(Comm& c, const std::vector<CodecCandidate>* candidates) {
     v.insert(v.end(), {s.encode, s.decode, s.feedback});
   }
   // Every rank ran the same calls, so every rank holds the same calibration keys, in map order.
-  // A way's price is the least of its last times: a shared machine only ever adds to them.
-  for (const auto& [key, w] : seconds_) v.push_back(least(w, 0));
+  for (const auto& [key, w] : seconds_) v.push_back(way_price(w));
   const int n = c.size();
   if (n > 1) {  // star: rank 0 averages in rank order and sends its bits to all
     const size_t bytes = v.size() * sizeof(double);
@@ -149,6 +160,7 @@ void Tuner::agree(Comm& c, const std::vector<CodecCandidate>* candidates) {
     Measured& m = measured_[key];
     m.seconds = v[at++];
     m.bytes = sample_bytes_[key];
+    m.samples = w.size();  // the same on every rank: every rank observed the same calls
     if (dirty_.count(key)) m.stamp = refreshes_;
   }
   for (auto it = measured_.begin(); it != measured_.end();) {  // stale: measure again when plausible

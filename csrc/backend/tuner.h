@@ -14,10 +14,11 @@
 // size, n, options): the same on every rank.
 //
 // Calibration. The model prices every way to run a call; where a way ran recently at about this
-// size (same factor-4 size class), the agreed least of its last three measured times, scaled
+// size (same factor-4 size class), the agreed second least of its last five measured times, scaled
 // within the class by the model, replaces the model's price; a way without one is priced from its
 // family's measured way or the class's measured excess over the model (price_unmeasured). Such
-// a way priced within 1.25x of the best is tried once (exploration), and measurements expire
+// a way priced within 1.6x of the best is tried twice (exploration: one sample taken on a busy
+// machine could condemn it), and measurements expire
 // after 8 refreshes without a new sample, so a way that got faster is found again.
 #include <chrono>
 #include <deque>
@@ -126,6 +127,7 @@ class Tuner {
   struct Measured {
     double seconds = 0;
     size_t bytes = 0;
+    size_t samples = 0;
     uint64_t stamp = 0;  // the refresh that last saw a new sample
   };
   cost::Link link_;

@@ -17,7 +17,12 @@ namespace {
 // A way not measured at a call's size is tried once when the model prices it within this factor
 // of the best: the model's errors are its own (overlap, cores shared by ranks) and only a
 // measurement settles them; beyond, the model is trusted (each try of a loser costs a call).
-constexpr double kExplore = 1.25;
+// 1.25 left the tree unexplored over shared memory, where the model (fitted to TCP) priced it
+// 1.35-1.55x the measured ring but it ran 1.3x faster (auto_grid, 4 ranks, 16 and 64 MiB).
+constexpr double kExplore = 1.6;
+// ... and tried until it has this many samples: on a busy machine one slow sample (a tree at 4x
+// its usual time) would otherwise keep the best way off until the measurement expires.
+constexpr size_t kExploreSamples = 2;
 
 // The tree's pipeline is the one dense way whose model is too rough to teach the link figures
 // (its time only calibrates itself); the star's root is priced through the host's share.
@@ -70,6 +75,7 @@ size_t Tuner::choose(const Shape& s, const Ways& w, std::vector<double>& used, s
   const bool calibrated = calibrate_ && s.n > 1;
   used.assign(w.names.size(), 0);
   std::vector<bool> fresh(w.names.size(), false);
+  std::vector<size_t> samples(w.names.size(), 0);
   for (size_t i = 0; i < w.names.size(); ++i) {
     used[i] = w.est[i].total;
     auto it = calibrated ? measured_.find(prefix + w.names[i]) : measured_.end();
@@ -77,12 +83,14 @@ size_t Tuner::choose(const Shape& s, const Ways& w, std::vector<double>& used, s
     const double at = w.model_at(i, it->second.bytes);
     used[i] = it->second.seconds * (at > 0 ? w.est[i].total / at : 1.0);
     fresh[i] = true;
+    samples[i] = it->second.samples;
   }
   if (calibrated) price_unmeasured(w, fresh, used);
   size_t best = cost::pick(used);
   if (calibrated && fresh[best]) {
     for (size_t i = 0; i < w.names.size(); ++i) {
-      if (fresh[i] || pending_.count(prefix + w.names[i]) || used[i] > kExplore * used[best]) continue;
+      if (samples[i] >= kExploreSamples || pending_.count(prefix + w.names[i]) || used[i] > kExplore * used[best])
+        continue;
       best = i;
       std::lock_guard<std::mutex> lock(mu_);
       ++explorations_;
@@ -90,7 +98,7 @@ size_t Tuner::choose(const Shape& s, const Ways& w, std::vector<double>& used, s
     }
   }
   key = prefix + w.names[best];
-  if (calibrated && !fresh[best]) pending_.insert(key);
+  if (calibrated && samples[best] < kExploreSamples) pending_.insert(key);  // agree its sample at once
   return best;
 }
 

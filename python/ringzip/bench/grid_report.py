@@ -17,17 +17,29 @@ def link_order(link: str) -> float:
     return float("-inf") if link == "loopback" else -parse_rate_bits(link)
 
 
+def paired(a: list[float] | None, b: list[float] | None, ta: float, tb: float) -> float:
+    """a's time over b's: the median of the per-round ratios where both ran the same rounds (a
+    burst of load that slows one round slows both), else the ratio of the medians."""
+    if a and b and len(a) == len(b):
+        return statistics.median(x / y for x, y in zip(a, b))
+    return ta / tb
+
+
 def cells(rows: list[dict]) -> list[dict]:
-    """One record per (link, nproc, size): the times by configuration and the ratios."""
+    """One record per (link, nproc, size): the times by configuration and the ratios (paired per
+    round). `same_way`: auto over the fixed codec it chose in every timed call, where it did:
+    the same work twice, so its distance from 1 is the cell's noise."""
     by: dict[tuple, dict] = {}
     for r in rows:
         if not r.get("time_us"):
             continue
         c = by.setdefault((r["link"], r["nproc"], r["size_bytes"]),
                           {"link": r["link"], "nproc": r["nproc"], "size": r["size_bytes"], "codec": {}, "dense": {},
-                           "predicted_codec": {}, "predicted_dense": {}, "model_codec": {}, "model_dense": {}})
+                           "rounds": {}, "predicted_codec": {}, "predicted_dense": {}, "model_codec": {},
+                           "model_dense": {}})
         if r["algorithm"] == "auto":
             c["codec"][r["codec"]] = r["time_us"]
+            c["rounds"][r["codec"]] = r.get("times_us")
             if r["codec"] == "auto":
                 c["chose"] = r.get("auto_choice")
                 c["predicted_codec"] = r.get("predicted_us") or {}
@@ -38,17 +50,25 @@ def cells(rows: list[dict]) -> list[dict]:
                 c["model_dense"] = r.get("model_us") or {}
         elif r["codec"] == "none":
             c["dense"][r["algorithm"]] = r["time_us"]
+            c["rounds"]["dense/" + r["algorithm"]] = r.get("times_us")
     out = []
     for c in by.values():
-        t = c["codec"]
+        t, rd = c["codec"], c["rounds"]
         fixed = {k: v for k, v in t.items() if k in FIXED}
         if "auto" in t and "none" in t and fixed:
             c["best_fixed"] = min(fixed, key=fixed.get)
-            c["auto_over_exact"] = t["auto"] / t["none"]
-            c["auto_over_best"] = t["auto"] / fixed[c["best_fixed"]]
+            c["auto_over_exact"] = paired(rd["auto"], rd["none"], t["auto"], t["none"])
+            c["auto_over_best"] = paired(rd["auto"], rd[c["best_fixed"]], t["auto"], fixed[c["best_fixed"]])
+            if c.get("chose") in fixed:
+                c["same_way"] = paired(rd["auto"], rd[c["chose"]], t["auto"], t[c["chose"]])
         if c["dense"] and "none" in t:
             c["best_dense"] = min(c["dense"], key=c["dense"].get)
-            c["dense_auto_over_best"] = t["none"] / c["dense"][c["best_dense"]]
+            c["dense_auto_over_best"] = paired(rd["none"], rd["dense/" + c["best_dense"]], t["none"],
+                                               c["dense"][c["best_dense"]])
+            chose = c.get("dense_chose")
+            if chose in c["dense"]:
+                c["dense_same_way"] = paired(rd["none"], rd["dense/" + chose], t["none"], c["dense"][chose])
+        del c["rounds"]
         out.append(c)
     return sorted(out, key=lambda c: (link_order(c["link"]), c["nproc"], c["size"]))
 
@@ -91,6 +111,10 @@ def summary(cs: list[dict], errs: list[dict]) -> list[tuple[str, str, bool | Non
         lines.append(("dense auto / best forced, worst cell (<= 1.05)", f"{worst('dense_auto_over_best'):.3f}",
                       worst("dense_auto_over_best") <= 1.05))
         lines.append(("dense auto / best forced, median cell", f"{statistics.median(dn):.3f}", None))
+    same = [abs(v - 1) for v in vals("same_way") + vals("dense_same_way")]
+    if same:
+        lines.append(("noise: auto vs the same fixed way it chose, median / worst |ratio - 1|",
+                      f"{statistics.median(same):.1%} / {max(same):.1%} ({len(same)} cells)", None))
     if ae:
         within = sum(e <= 0.25 for e in ae) / len(ae)
         lines.append(("calibrated predictions: median |predicted/measured - 1|", f"{statistics.median(ae):.1%}",
@@ -111,28 +135,29 @@ def _md(header: dict, cs: list[dict], errs: list[dict]) -> str:
            f"`{' '.join(h.get('argv') or [])}`", "", f"lscpu: {h.get('cpu_lscpu', '')}", "",
            "Times (us): per size, every configuration runs once per round, in turn (so load on the shared machine hits "
            "all alike), after untimed warm-up rounds; a call's time is the slowest rank's, a configuration's the median "
-           "over the timed rounds. min_numel=0: every fixed codec compresses at every size. auto = codec 'auto' "
+           "over the timed rounds; ratios are medians of the per-round ratios. Where auto chose one way in every timed call, "
+           "auto over that fixed way (the same work twice) shows the cell's noise (columns 'same'). min_numel=0: every fixed codec compresses at every size. auto = codec 'auto' "
            "(= auto:q4); exact = codec none, algorithm auto.", "",
            "| must hold | value | ok |", "|---|---:|---|"]
     out += [f"| {a} | {b} | {'-' if ok is None else ('yes' if ok else 'NO')} |" for a, b, ok in summary(cs, errs)]
     codecs = [k for k in FIXED if any(k in c["codec"] for c in cs)]
-    out += ["", "## Codecs", "", "| link | n | size | " + " | ".join(codecs) + " | auto | chose | auto/exact | auto/best |",
-            "|---|---:|---:|" + "---:|" * (len(codecs) + 1) + "---|---:|---:|"]
+    out += ["", "## Codecs", "", "| link | n | size | " + " | ".join(codecs) + " | auto | chose | auto/exact | auto/best | same |",
+            "|---|---:|---:|" + "---:|" * (len(codecs) + 1) + "---|---:|---:|---:|"]
     for c in cs:
         t = c["codec"]
         cells_ = [f"{t[k]:.0f}" if k in t else "-" for k in codecs + ["auto"]]
         out.append(f"| {c['link']} | {c['nproc']} | {fmt_bytes(c['size'])} | " + " | ".join(cells_) +
                    f" | {c.get('chose') or '-'} | {c.get('auto_over_exact', float('nan')):.3f} | "
-                   f"{c.get('auto_over_best', float('nan')):.3f} |")
+                   f"{c.get('auto_over_best', float('nan')):.3f} | {c.get('same_way', float('nan')):.3f} |")
     algos = sorted({a for c in cs for a in c["dense"]})
     if algos:
-        out += ["", "## Dense all-reduce", "", "| link | n | size | auto | chose | " + " | ".join(algos) + " | auto/best |",
-                "|---|---:|---:|---:|---|" + "---:|" * len(algos) + "---:|"]
+        out += ["", "## Dense all-reduce", "", "| link | n | size | auto | chose | " + " | ".join(algos) + " | auto/best | same |",
+                "|---|---:|---:|---:|---|" + "---:|" * len(algos) + "---:|---:|"]
         for c in cs:
             d = c["dense"]
             out.append(f"| {c['link']} | {c['nproc']} | {fmt_bytes(c['size'])} | {c['codec'].get('none', float('nan')):.0f} | "
                        f"{c.get('dense_chose') or '-'} | " + " | ".join(f"{d[a]:.0f}" if a in d else "-" for a in algos) +
-                       f" | {c.get('dense_auto_over_best', float('nan')):.3f} |")
+                       f" | {c.get('dense_auto_over_best', float('nan')):.3f} | {c.get('dense_same_way', float('nan')):.3f} |")
     if errs:
         out += ["", "## Model: predicted vs measured (us)", "",
                 "calibrated = what auto's choice used (the agreed measured time where that way had run at this size, "
