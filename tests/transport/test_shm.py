@@ -253,6 +253,61 @@ def test_all_to_all_four_ranks():
     _launch(all_to_all, 4, args=(4,))
 
 
+# ---- random traffic -------------------------------------------------------------------------
+
+FUZZ_SIZES = [1, 7, 100, 4096, SMALL_RING, SMALL_RING + 1, 70_000, 300_000, 1 << 20]
+
+
+def random_traffic(ctx, seed, rounds):
+    """Every round: messages between random pairs (random sizes, one tag each), every rank
+    posting its sends and receives in its own random order with random pauses (so the progress
+    thread, the 50 ms rescue and half-buffered messages all come into play) and short waits that
+    may time out, then waiting for all of them in random order. Nothing a rank waits for depends
+    on a wait of its own, so any stall is the transport's: it shows as a timeout naming the op."""
+    me, n = ctx.rank, ctx.world_size
+    t = _shm(ctx, "fuzz/", random.Random(seed).choice([SMALL_RING, 64 << 10, 0]), timeout_s=20.0)
+    for rnd in range(rounds):
+        plan = random.Random(seed * 1000 + rnd)  # the same on every rank
+        msgs = []
+        for k in range(plan.randint(1, 12)):
+            src = plan.randrange(n)
+            dst = plan.choice([p for p in range(n) if p != src])
+            msgs.append((src, dst, rnd * 100 + k, plan.choice(FUZZ_SIZES)))
+        mine = random.Random(seed * 7 + rnd * 13 + me)
+        ops = [m for m in msgs if me in m[:2]]
+        mine.shuffle(ops)
+        reqs = []
+        for src, dst, tag, size in ops:
+            if src == me:
+                reqs.append((tag, t.isend(_pattern(size, tag), dst, tag), None))
+            else:
+                buf = torch.empty(size, dtype=torch.uint8)
+                reqs.append((tag, t.irecv(buf, src, tag), buf))
+            r = mine.random()
+            if r < 0.15:
+                time.sleep(mine.choice([0.0005, 0.002, 0.06]))
+            elif r < 0.25:
+                try:
+                    mine.choice(reqs)[1].wait(0.001)
+                except RuntimeError as e:
+                    assert "timed out" in str(e), e
+        mine.shuffle(reqs)
+        for tag, req, buf in reqs:
+            try:
+                req.wait()
+            except RuntimeError as e:
+                raise AssertionError(f"round {rnd}, tag {tag}: {e}; plan {msgs}") from e
+            if buf is not None:
+                assert torch.equal(buf, _pattern(buf.numel(), tag)), (rnd, tag)
+    t.close()
+    return {"pid": os.getpid()}
+
+
+@pytest.mark.parametrize("ws,seed", [(2, 3), (3, 1), (4, 2)])
+def test_random_traffic(ws, seed):
+    _launch(random_traffic, ws, args=(seed, 30))
+
+
 # ---- collectives over the transport ----------------------------------------------------------
 
 DENSE = ["ring", "rd", "hd", "tree", "direct", "star"]
