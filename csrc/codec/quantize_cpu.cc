@@ -5,6 +5,8 @@
 // Each bucket is handled in one pass over cache-resident scratch: load (and widen) -> scale ->
 // Philox dither bytes (one block per 16 elements) -> codes -> pack. The loops are written so GCC vectorizes them at -O3 with the
 // baseline x86-64 ISA; hot functions are also cloned for AVX2 / AVX-512 (runtime dispatch).
+// On CPUs with AVX-512 BW/VBMI, q8/q4/q2 buckets skip the scratch codes: quantize_avx512.cc
+// computes and packs them in one sweep (and decodes + adds in one sweep for decode_add_encode).
 #include <bit>
 #include <cmath>
 #include <cstring>
