@@ -5,6 +5,8 @@
 // Each bucket is handled in one pass over cache-resident scratch: load (and widen) -> scale ->
 // Philox dither bytes (one block per 16 elements) -> codes -> pack. The loops are written so GCC vectorizes them at -O3 with the
 // baseline x86-64 ISA; hot functions are also cloned for AVX2 / AVX-512 (runtime dispatch).
+// On CPUs with AVX-512 BW/VBMI, q8/q4/q2 buckets skip the scratch codes: quantize_avx512.cc
+// computes and packs them in one sweep (and decodes + adds in one sweep for decode_add_encode).
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -16,6 +18,7 @@
 
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // GCC 12 false positive in avx512fintrin.h
 #include "codec/codec_impl.h"
+#include "codec/quantize_avx512.h"
 #include "codec/quantize_math.h"
 
 
@@ -286,12 +289,28 @@ RZ_CLONES void q1_add(const uint8_t* c, int64_t L, float scale, const float* loc
   for (int64_t j = 0; j < L; ++j) out[j] = rz_add(q1_value(c[j], scale), local[j]);
 }
 
-// Encodes one bucket of float32 x (L elements, first global index g0).
-void encode_bucket(const QParams& p, const float* x, int64_t L, uint64_t g0, const RngKey& key,
-                   Scratch& sc, uint8_t* scale_out, uint8_t* code_out) {
+// max |x| of a bucket as ordered bits.
+uint32_t bucket_amax(const float* x, int64_t L) {
+  return quant_avx512_available() ? amax_bits_avx512(x, L) : amax_bits(x, L);
+}
+
+// Encodes one bucket of float32 x (L elements, first global index g0, max |x| bits am). With
+// `unpacked` its codes are also left unpacked in sc.c (encode_feedback needs them); without, a
+// finite q8/q4/q2 bucket takes the fused AVX-512 kernel where the CPU has one. It is handed only
+// buckets with a finite inv, the bound under which its roundings equal floor_i32's.
+void encode_bucket(const QParams& p, const float* x, int64_t L, uint32_t am, uint64_t g0, const RngKey& key,
+                   Scratch& sc, uint8_t* scale_out, uint8_t* code_out, bool unpacked) {
+  if (!unpacked && p.bits > 1 && abs_bits_finite(am) && quant_avx512_available()) {
+    const float scale = u2f(am), inv = quant_inv(scale, p.s);
+    if (abs_bits_finite(f2u(inv))) {
+      const uint8_t* d = p.stochastic ? philox_fill_bytes(key, g0, L, sc.w.data()) : nullptr;
+      codes_pack_avx512(p.bits, x, d, L, inv, code_out);
+      std::memcpy(scale_out, &scale, 4);
+      return;
+    }
+  }
   uint8_t* c = sc.c.data();
   std::memset(c + L, 0, 8);  // zero padding for the packer
-  uint32_t am = amax_bits(x, L);
   float scale;
   if (!abs_bits_finite(am)) {
     scale = u2f(kQuantNaN);
@@ -337,14 +356,15 @@ namespace {
 // after(begin, L, values, sc, scale) runs while its codes are still unpacked in sc.c.
 template <typename Input, typename After>
 void encode_buckets(const QParams& p, int64_t n, int64_t off, const RngKey& key, uint8_t* out, Input input,
-                    After after) {
+                    After after, bool unpacked) {
   Scratch sc(p.bucket < n ? p.bucket : n);
   int64_t nb = (n + p.bucket - 1) / p.bucket;
   uint8_t* codes = out + 4 * nb;
   for (int64_t b = 0; b < nb; ++b) {
     int64_t begin = b * p.bucket, L = n - begin < p.bucket ? n - begin : p.bucket;
     const float* xb = input(begin, L, sc);
-    encode_bucket(p, xb, L, (uint64_t)(off + begin), key, sc, out + 4 * b, codes + begin * p.bits / 8);
+    encode_bucket(p, xb, L, bucket_amax(xb, L), (uint64_t)(off + begin), key, sc, out + 4 * b,
+                  codes + begin * p.bits / 8, unpacked);
     float scale;
     std::memcpy(&scale, out + 4 * b, 4);
     after(begin, L, xb, sc, scale);
@@ -383,7 +403,7 @@ void quant_encode(const Spec& sp, InType t, const void* x, int64_t n, int64_t of
         load_f32(t, x, begin, L, sc.x.data());
         return sc.x.data();
       },
-      [](int64_t, int64_t, const float*, Scratch&, float) {});
+      [](int64_t, int64_t, const float*, Scratch&, float) {}, false);
 }
 
 bool quant_encode_feedback(const Spec& sp, const float* x, float* r, int64_t n, int64_t off, const RngKey& key,
@@ -400,7 +420,8 @@ bool quant_encode_feedback(const Spec& sp, const float* x, float* r, int64_t n, 
         const uint32_t w = p.bits == 1 ? q1_residual(sc.c.data(), L, scale, s, r + begin)
                                        : values_residual(sc.c.data(), L, quant_step(scale, p.s), p.s, s, r + begin);
         worst = std::max(worst, w);
-      });
+      },
+      true);
   return abs_bits_finite(worst);
 }
 
@@ -430,19 +451,28 @@ void quant_decode_add_encode(const Spec& sp, const uint8_t* in, const float* loc
   int64_t B = p.bucket < n ? p.bucket : n;
   Scratch sc(B);
   std::vector<uint8_t> cin(B + 8);
+  const bool fused = p.bits > 1 && quant_avx512_available();
   int64_t nb = (n + p.bucket - 1) / p.bucket;
   const uint8_t* codes_in = in + 4 * nb;
   uint8_t* codes_out = out + 4 * nb;
   for (int64_t b = 0; b < nb; ++b) {
     int64_t begin = b * p.bucket, L = n - begin < p.bucket ? n - begin : p.bucket;
     float scale = read_scale(in + 4 * b, b);
-    read_codes(p, codes_in + begin * p.bits / 8, L, b, cin.data());
     float* sum = sc.x.data();
-    if (p.bits == 1)
-      q1_add(cin.data(), L, scale, local + begin, sum);
-    else
-      values_add(cin.data(), L, quant_step(scale, p.s), p.s, local + begin, sum);
-    encode_bucket(p, sum, L, (uint64_t)(off + begin), enc_key, sc, out + 4 * b, codes_out + begin * p.bits / 8);
+    uint32_t am;
+    if (fused) {  // decode + add + max |sum| in one sweep
+      if (!unpack_add_avx512(p.bits, codes_in + begin * p.bits / 8, L, quant_step(scale, p.s), local + begin, sum, &am))
+        read_codes(p, codes_in + begin * p.bits / 8, L, b, cin.data());  // names the bad code and throws
+    } else {
+      read_codes(p, codes_in + begin * p.bits / 8, L, b, cin.data());
+      if (p.bits == 1)
+        q1_add(cin.data(), L, scale, local + begin, sum);
+      else
+        values_add(cin.data(), L, quant_step(scale, p.s), p.s, local + begin, sum);
+      am = amax_bits(sum, L);
+    }
+    encode_bucket(p, sum, L, am, (uint64_t)(off + begin), enc_key, sc, out + 4 * b, codes_out + begin * p.bits / 8,
+                  false);
   }
 }
 

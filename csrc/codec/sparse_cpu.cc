@@ -2,6 +2,7 @@
 //   topk:    int32 k | k int32 indices, ascending | k float32 values
 //   randomk: int32 k | uint32 flags | k float32 values (indices regenerated from the RngKey)
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -22,24 +23,46 @@ namespace {
 constexpr int64_t kExactMax = int64_t(1) << 16;  // above: sampled threshold, then exact refine
 constexpr int64_t kSamples = 4096;
 
+// The k-th largest (or smallest) of the unique composites c, 1 <= k <= c.size(). nth_element
+// on a copy of all of them was most of a top-k selection's time; instead a histogram of where
+// they fall between their minimum and maximum finds the bin holding the k-th, and only that
+// bin's entries are copied and partitioned.
+uint64_t kth_composite(const std::vector<uint64_t>& c, int64_t k, bool largest) {
+  constexpr int kBinBits = 12;
+  uint64_t lo = UINT64_MAX, hi = 0;
+  for (uint64_t v : c) {
+    lo = std::min(lo, v);
+    hi = std::max(hi, v);
+  }
+  const int shift = std::max(0, (int)std::bit_width(hi - lo) - kBinBits);
+  std::vector<uint32_t> hist(size_t(1) << kBinBits);
+  for (uint64_t v : c) ++hist[(v - lo) >> shift];
+  int64_t bin = largest ? (int64_t)hist.size() - 1 : 0, before = 0;  // composites beyond that bin
+  for (; before + hist[bin] < k; bin += largest ? -1 : 1) before += hist[bin];
+  std::vector<uint64_t> in_bin;
+  in_bin.reserve(hist[bin]);
+  for (uint64_t v : c)
+    if ((int64_t)((v - lo) >> shift) == bin) in_bin.push_back(v);
+  const auto kth = in_bin.begin() + (k - before - 1);
+  if (largest) {
+    std::nth_element(in_bin.begin(), kth, in_bin.end(), std::greater<uint64_t>());
+  } else {
+    std::nth_element(in_bin.begin(), kth, in_bin.end());
+  }
+  return *kth;
+}
+
 // Keeps the k largest (or smallest) composites of `c`, which arrive in ascending index order,
-// and returns their indices, ascending: find the k-th composite on a copy, then filter `c` in
-// order (composites are unique, so exactly k pass) -- no sort of the k indices.
-void top_composites(std::vector<uint64_t>& c, int64_t k, bool largest, std::vector<int32_t>& idx,
+// and returns their indices, ascending: find the k-th composite, then filter `c` in order
+// (composites are unique, so exactly k pass) -- no sort of the k indices.
+void top_composites(const std::vector<uint64_t>& c, int64_t k, bool largest, std::vector<int32_t>& idx,
                     uint32_t (*index_of)(uint64_t)) {
   idx.resize(k);
   if ((int64_t)c.size() <= k) {
     for (int64_t j = 0; j < k; ++j) idx[j] = (int32_t)index_of(c[j]);
     return;
   }
-  std::vector<uint64_t> tmp(c);
-  uint64_t kth;
-  if (largest) {
-    std::nth_element(tmp.begin(), tmp.begin() + (k - 1), tmp.end(), std::greater<uint64_t>());
-  } else {
-    std::nth_element(tmp.begin(), tmp.begin() + (k - 1), tmp.end());
-  }
-  kth = tmp[k - 1];
+  const uint64_t kth = kth_composite(c, k, largest);
   int64_t m = 0;
   for (uint64_t v : c)
     if (largest ? v >= kth : v <= kth) idx[m++] = (int32_t)index_of(v);
@@ -127,15 +150,17 @@ uint32_t randomk_idx_of(uint64_t c) { return randomk_index(c); }
 // Above kExactMax elements: a key threshold estimated from a strided sample so that about
 // 1.5k + slack elements pass; the candidates are then refined exactly, which gives the full
 // selection's result whenever at least k pass (every element above the k-th largest key
-// passes). 0: select among all elements. key_at(i) is |value i| as ordered bits.
+// passes). 0: select among all elements. key_at(i) is |value i| as ordered bits. *expect: about
+// how many elements will pass (so the caller reserves once).
 template <typename KeyAt>
-uint32_t sampled_threshold(int64_t n, int64_t k, KeyAt key_at) {
+uint32_t sampled_threshold(int64_t n, int64_t k, KeyAt key_at, int64_t* expect_pass) {
   if (n <= kExactMax || k >= n) return 0;
   std::vector<uint32_t> smp(kSamples);
   for (int64_t j = 0; j < kSamples; ++j) smp[j] = key_at(j * n / kSamples);
   double expect = (double)k * kSamples / n;
   int64_t r = std::min<int64_t>(kSamples - 1, (int64_t)(1.5 * expect + 4.0 * std::sqrt(expect) + 8));
   std::nth_element(smp.begin(), smp.begin() + r, smp.end(), std::greater<uint32_t>());
+  *expect_pass = (r + 1) * (n / kSamples + 1);
   return smp[r];
 }
 
@@ -156,11 +181,12 @@ void select_all(const float* x, int64_t n, int64_t k, std::vector<int32_t>& idx)
 template <bool Feedback>
 uint32_t topk_select(float* x, float* r, int64_t n, int64_t k, std::vector<int32_t>& idx) {
   auto key_at = [x, r](int64_t i) { return f2u(Feedback ? x[i] + r[i] : x[i]) & 0x7fffffffu; };
-  const uint32_t thr = sampled_threshold(n, k, key_at);
+  int64_t expect_pass = 0;
+  const uint32_t thr = sampled_threshold(n, k, key_at, &expect_pass);
   uint32_t worst = 0;
   if (thr > 0 || Feedback) {  // with Feedback the pass must run anyway: it adds and clears
     std::vector<uint64_t> c;
-    if (thr > 0) c.reserve(2 * k + 64);
+    if (thr > 0) c.reserve(expect_pass + expect_pass / 4 + 64);  // a regrowth copies them all
     collect<Feedback>(x, r, n, thr > 0 ? thr : 0x80000000u, c, worst);  // no key reaches 2^31
     if (thr > 0 && (int64_t)c.size() >= k) {
       top_composites(c, k, true, idx, topk_idx_of);
@@ -171,13 +197,18 @@ uint32_t topk_select(float* x, float* r, int64_t n, int64_t k, std::vector<int32
   return worst;
 }
 
-// Payload: count, then the k indices, then x at those indices.
-void write_topk(const float* x, const std::vector<int32_t>& idx, uint8_t* out) {
+// Payload: count, then the k indices, then x at those indices. With Clear (error feedback),
+// x[i] becomes x[i] - x[i] in the same visit: what was sent is no longer owed (NaN stays NaN).
+template <bool Clear>
+void write_topk(float* x, const std::vector<int32_t>& idx, uint8_t* out) {
   const int64_t k = (int64_t)idx.size();
-  std::vector<float> val(k);
-  for (int64_t j = 0; j < k; ++j) val[j] = x[idx[j]];
   std::memcpy(out + 4, idx.data(), 4 * k);
-  std::memcpy(out + 4 + 4 * k, val.data(), 4 * k);
+  uint8_t* val = out + 4 + 4 * k;
+  for (int64_t j = 0; j < k; ++j) {
+    const float v = x[idx[j]];
+    std::memcpy(val + 4 * j, &v, 4);
+    if constexpr (Clear) x[idx[j]] = v - v;
+  }
 }
 
 void check_count(const uint8_t* in, int64_t k, const char* what) {
@@ -197,7 +228,7 @@ void topk_encode(const Spec& sp, const float* x, int64_t n, uint8_t* out) {
   if (k == 0) return;
   std::vector<int32_t> idx;
   topk_select<false>(const_cast<float*>(x), nullptr, n, k, idx);  // read-only without Feedback
-  write_topk(x, idx, out);
+  write_topk<false>(const_cast<float*>(x), idx, out);
 }
 
 bool topk_feedback(const Spec& sp, float* x, float* r, int64_t n, uint8_t* out) {
@@ -207,8 +238,7 @@ bool topk_feedback(const Spec& sp, float* x, float* r, int64_t n, uint8_t* out) 
   if (k == 0) return true;  // n == 0
   std::vector<int32_t> idx;
   const uint32_t worst = topk_select<true>(x, r, n, k, idx);
-  write_topk(r, idx, out);
-  for (int32_t i : idx) r[i] = r[i] - r[i];  // what was sent is no longer owed (NaN stays NaN)
+  write_topk<true>(r, idx, out);
   return abs_bits_finite(worst);  // every x + r finite, so is r now
 }
 

@@ -203,6 +203,24 @@ def test_decode_accumulate_and_decode_add_encode(spec):
             assert torch.equal(fused, R.decode_add_encode(spec, p, local, SEED, SEQ, 1, 2, 5, B, stochastic))
 
 
+@pytest.mark.parametrize("spec", ["q8", "q4", "q2"])
+def test_bucket_shapes_match_reference(spec):
+    """Buckets of 8 .. 520 elements (whole and partial 64-element groups of the fused AVX-512
+    kernels), partial last buckets and unaligned RNG offsets: encode and decode_add_encode give
+    the reference's bytes."""
+    for bucket in [8, 24, 64, 72, 520]:
+        for n in [1, 63, 65, 200, 1031]:
+            x, local = sample(n, seed=n + bucket), sample(n, seed=n + bucket + 1)
+            for off in [0, 13]:
+                for stochastic in [True, False]:
+                    args = (SEED, SEQ, STREAM, off, bucket, stochastic)
+                    p = C.encode(spec, x, *args)
+                    assert torch.equal(p, R.encode(spec, x, *args)), (bucket, n, off, stochastic)
+                    dae = (SEED, SEQ, 1, 2, off, bucket, stochastic)
+                    assert torch.equal(C.decode_add_encode(spec, p, local, *dae),
+                                       R.decode_add_encode(spec, p, local, *dae)), (bucket, n, off, stochastic)
+
+
 # --- numerics ------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("spec", ["q8", "q4", "q2", "q1", "fp16", "bf16", "none", "topk:1", "randomk:1"])
@@ -373,6 +391,11 @@ def test_decoders_reject_corrupt_headers():
         q[8] = 0xFF  # code 2^b - 1 > 2s
         with pytest.raises(RuntimeError, match="out of range"):
             C.decode(spec, q, n, 1, 1, 1)
+        for at in [8 + 100, q.numel() - 1]:  # a whole 64-code group, the last bucket's tail
+            q = C.encode(spec, x, 1, 1, 1).clone()
+            q[at] = 0xFF
+            with pytest.raises(RuntimeError, match="out of range in bucket"):
+                C.decode_add_encode(spec, q, x, 1, 1, 1, 2)
 
 
 @pytest.mark.parametrize("spec", ALL)
