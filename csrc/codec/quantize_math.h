@@ -2,7 +2,7 @@
 // its CUDA twin. See docs/wire-format.md for the layout these produce.
 //
 // q8/q4/q2 (b bits, s = 2^(b-1) - 1 levels each side):
-//   scale = max|x| over the bucket (exact), inv = fl(s / scale) (0 if scale == 0),
+//   scale = max|x| over the bucket (exact), inv = fl(s / scale) (0 if scale == 0 or it overflows),
 //   t = fl(x * inv), code = clamp(floor(fl(t + u)), -s, s)       (stochastic, u from Philox:
 //                                                                  u = (byte + 0.5) / 256)
 //                    code = clamp(rne(t), -s, s)                  (nearest)
@@ -27,8 +27,13 @@ RZ_HD int quant_levels(int bits) { return (1 << (bits - 1)) - 1; }
 RZ_HD uint32_t abs_bits(float x) { return f2u(x) & 0x7fffffffu; }
 RZ_HD bool abs_bits_finite(uint32_t a) { return a < 0x7f800000u; }
 
-// s / scale, or 0 for an all-zero bucket.
-RZ_HD float quant_inv(float scale, int s) { return scale > 0.0f ? rz_div((float)s, scale) : 0.0f; }
+// s / scale, or 0 for an all-zero bucket and for one so tiny (max|x| < s / FLT_MAX) that the
+// quotient overflows: x * Inf would give codes at the clamps and decode with flipped signs.
+// Codes are then all s (zero), as the reference's nan_to_num of x * Inf gives.
+RZ_HD float quant_inv(float scale, int s) {
+  const float inv = scale > 0.0f ? rz_div((float)s, scale) : 0.0f;
+  return abs_bits_finite(abs_bits(inv)) ? inv : 0.0f;
+}
 RZ_HD float quant_step(float scale, int s) { return rz_div(scale, (float)s); }
 
 // floor for |y| < 2^31 using only a truncating conversion (vectorizes without SSE4.1).

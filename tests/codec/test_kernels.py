@@ -344,6 +344,20 @@ def test_zero_bucket():
         assert bits_equal(C.decode(spec, C.encode(spec, x, 1, 1, 1), 1000, 1, 1, 1).abs(), x)
 
 
+@pytest.mark.parametrize("spec", ["q8", "q4", "q2"])
+@pytest.mark.parametrize("stochastic", [True, False])
+def test_tiny_bucket_decodes_to_zero_not_flipped(spec, stochastic):
+    # max|x| = 1e-39 < s / FLT_MAX: s / scale overflows; the codes must be zero (as the
+    # reference), not the clamps (which decoded 1e-39 as -1e-39)
+    x = torch.full((B,), 1e-39)
+    x[1::2] = -1e-39
+    x[7] = 0.0
+    args = (SEED, SEQ, STREAM, 0, B, stochastic)
+    p = C.encode(spec, x, *args)
+    assert torch.equal(p, R.encode(spec, x, *args))
+    assert bits_equal(C.decode(spec, p, B, SEED, SEQ, STREAM, 0, B).abs(), torch.zeros(B))
+
+
 # --- validation ----------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("spec", ALL)

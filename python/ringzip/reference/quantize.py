@@ -1,7 +1,7 @@
 """q8 / q4 / q2 / q1 reference (see docs/wire-format.md and csrc/codec/quantize_math.h).
 
 Layout: ceil(n / bucket) float32 scales, then codes packed LSB-first (element i at bit i * b of
-the code area). q8/q4/q2: scale = max|x|, s = 2**(b-1) - 1, inv = fl(s / scale) (0 for a zero
+the code area). q8/q4/q2: scale = max|x|, s = 2**(b-1) - 1, inv = fl(s / scale) (0 for a zero or overflowing
 bucket), t = fl(x * inv), code = clamp(floor(fl(t + u)), -s, s) (stochastic; codec version 2:
 u = (byte + 0.5) / 256 from element g's Philox byte, see philox.py) or clamp(rne(t)) (nearest),
 stored as code + s; value = fl(code * fl(scale / s)). q1: scale = fl(sum|x| / count),
@@ -72,6 +72,7 @@ def encode(bits: int, x: torch.Tensor, bucket: int, stochastic: bool, seed: int,
         s = levels(bits)
         scale = amax.view(torch.float32)
         inv = torch.where(scale > 0, _f32(float(s)) / scale, _f32(0.0))
+        inv = torch.where(torch.isfinite(inv), inv, _f32(0.0))  # max|x| < s / FLT_MAX: all codes zero
         t = xp * inv[:, None]
         if stochastic:
             u = uniform_from_bytes(philox_bytes(seed, seq, stream, elem_offset, nb * bucket)).view(nb, bucket)
