@@ -17,8 +17,7 @@
 // size (same factor-4 size class), the agreed second least of its last five measured times, scaled
 // within the class by the model, replaces the model's price; a way without one is priced from its
 // family's measured way or the class's measured excess over the model (price_unmeasured). Such
-// a way priced within 1.6x of the best is tried twice (exploration: one sample taken on a busy
-// machine could condemn it), and measurements expire
+// a way priced within 1.25x of the best is tried once (exploration), and measurements expire
 // after 8 refreshes without a new sample, so a way that got faster is found again.
 #include <chrono>
 #include <deque>

@@ -17,12 +17,12 @@ namespace {
 // A way not measured at a call's size is tried once when the model prices it within this factor
 // of the best: the model's errors are its own (overlap, cores shared by ranks) and only a
 // measurement settles them; beyond, the model is trusted (each try of a loser costs a call).
-// 1.25 left the tree unexplored over shared memory, where the model (fitted to TCP) priced it
-// 1.35-1.55x the measured ring but it ran 1.3x faster (auto_grid, 4 ranks, 16 and 64 MiB).
-constexpr double kExplore = 1.6;
-// ... and tried until it has this many samples: on a busy machine one slow sample (a tree at 4x
-// its usual time) would otherwise keep the best way off until the measurement expires.
-constexpr size_t kExploreSamples = 2;
+// Measured: 1.6x with two samples per explored way (so that the tree, which the model fitted to
+// TCP prices 1.35-1.55x the ring over shared memory, gets tried) made the grid's timed rounds
+// flip between ways whose times lie within the machine's noise: auto / best fixed median 1.063
+// against 1.021 (bench/results/auto_grid.md, 2026-12-01). Exploring is not free in short runs.
+constexpr double kExplore = 1.25;
+constexpr size_t kExploreSamples = 1;
 
 // The tree's pipeline is the one dense way whose model is too rough to teach the link figures
 // (its time only calibrates itself); the star's root is priced through the host's share.
