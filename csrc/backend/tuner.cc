@@ -160,7 +160,6 @@ void Tuner::agree(Comm& c, const std::vector<CodecCandidate>* candidates) {
     Measured& m = measured_[key];
     m.seconds = v[at++];
     m.bytes = sample_bytes_[key];
-    m.samples = w.size();  // the same on every rank: every rank observed the same calls
     if (dirty_.count(key)) m.stamp = refreshes_;
   }
   for (auto it = measured_.begin(); it != measured_.end();) {  // stale: measure again when plausible

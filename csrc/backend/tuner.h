@@ -116,7 +116,8 @@ class Tuner {
   bool probed_ = false, calibrate_ = true;
   uint64_t calls_ = 0, refreshes_ = 0, since_ = 0, explorations_ = 0;
   double predicted_since_ = 0;
-  // Local (this rank's) samples, the last few of each: their median is what this rank offers.
+  // Local (this rank's) samples, the last few of each: their least (link figures) or second least
+  // (a way's times, way_price) is what this rank offers.
   std::deque<double> alpha_, inv_bw_, inv_host_, codec_scale_;
   std::map<std::string, std::deque<double>> seconds_;  // per calibration key
   std::map<std::string, size_t> sample_bytes_;          // the size of a key's last sample
@@ -126,7 +127,6 @@ class Tuner {
   struct Measured {
     double seconds = 0;
     size_t bytes = 0;
-    size_t samples = 0;
     uint64_t stamp = 0;  // the refresh that last saw a new sample
   };
   cost::Link link_;

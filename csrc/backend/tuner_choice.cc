@@ -22,7 +22,6 @@ namespace {
 // flip between ways whose times lie within the machine's noise: auto / best fixed median 1.063
 // against 1.021 (bench/results/auto_grid.md, 2026-12-01). Exploring is not free in short runs.
 constexpr double kExplore = 1.25;
-constexpr size_t kExploreSamples = 1;
 
 // The tree's pipeline is the one dense way whose model is too rough to teach the link figures
 // (its time only calibrates itself); the star's root is priced through the host's share.
@@ -75,7 +74,6 @@ size_t Tuner::choose(const Shape& s, const Ways& w, std::vector<double>& used, s
   const bool calibrated = calibrate_ && s.n > 1;
   used.assign(w.names.size(), 0);
   std::vector<bool> fresh(w.names.size(), false);
-  std::vector<size_t> samples(w.names.size(), 0);
   for (size_t i = 0; i < w.names.size(); ++i) {
     used[i] = w.est[i].total;
     auto it = calibrated ? measured_.find(prefix + w.names[i]) : measured_.end();
@@ -83,14 +81,12 @@ size_t Tuner::choose(const Shape& s, const Ways& w, std::vector<double>& used, s
     const double at = w.model_at(i, it->second.bytes);
     used[i] = it->second.seconds * (at > 0 ? w.est[i].total / at : 1.0);
     fresh[i] = true;
-    samples[i] = it->second.samples;
   }
   if (calibrated) price_unmeasured(w, fresh, used);
   size_t best = cost::pick(used);
   if (calibrated && fresh[best]) {
     for (size_t i = 0; i < w.names.size(); ++i) {
-      if (samples[i] >= kExploreSamples || pending_.count(prefix + w.names[i]) || used[i] > kExplore * used[best])
-        continue;
+      if (fresh[i] || pending_.count(prefix + w.names[i]) || used[i] > kExplore * used[best]) continue;
       best = i;
       std::lock_guard<std::mutex> lock(mu_);
       ++explorations_;
@@ -98,7 +94,7 @@ size_t Tuner::choose(const Shape& s, const Ways& w, std::vector<double>& used, s
     }
   }
   key = prefix + w.names[best];
-  if (calibrated && samples[best] < kExploreSamples) pending_.insert(key);  // agree its sample at once
+  if (calibrated && !fresh[best]) pending_.insert(key);  // agree its first sample at once
   return best;
 }
 

@@ -296,18 +296,16 @@ uint32_t bucket_amax(const float* x, int64_t L) {
 
 // Encodes one bucket of float32 x (L elements, first global index g0, max |x| bits am). With
 // `unpacked` its codes are also left unpacked in sc.c (encode_feedback needs them); without, a
-// finite q8/q4/q2 bucket takes the fused AVX-512 kernel where the CPU has one. It is handed only
-// buckets with a finite inv, the bound under which its roundings equal floor_i32's.
+// finite q8/q4/q2 bucket takes the fused AVX-512 kernel where the CPU has one (quant_inv is
+// always finite, the bound under which the kernel's roundings equal floor_i32's).
 void encode_bucket(const QParams& p, const float* x, int64_t L, uint32_t am, uint64_t g0, const RngKey& key,
                    Scratch& sc, uint8_t* scale_out, uint8_t* code_out, bool unpacked) {
   if (!unpacked && p.bits > 1 && abs_bits_finite(am) && quant_avx512_available()) {
-    const float scale = u2f(am), inv = quant_inv(scale, p.s);
-    if (abs_bits_finite(f2u(inv))) {
-      const uint8_t* d = p.stochastic ? philox_fill_bytes(key, g0, L, sc.w.data()) : nullptr;
-      codes_pack_avx512(p.bits, x, d, L, inv, code_out);
-      std::memcpy(scale_out, &scale, 4);
-      return;
-    }
+    const float scale = u2f(am);
+    const uint8_t* d = p.stochastic ? philox_fill_bytes(key, g0, L, sc.w.data()) : nullptr;
+    codes_pack_avx512(p.bits, x, d, L, quant_inv(scale, p.s), code_out);
+    std::memcpy(scale_out, &scale, 4);
+    return;
   }
   uint8_t* c = sc.c.data();
   std::memset(c + L, 0, 8);  // zero padding for the packer
