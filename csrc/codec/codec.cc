@@ -10,6 +10,7 @@
 #include "codec/cast_math.h"
 #include "codec/codec_impl.h"
 #include "codec/quantize_math.h"
+#include "codec/quantize_fused.h"
 #include "codec/sparse_math.h"
 
 namespace ringzip::codec {
@@ -104,6 +105,11 @@ Spec parse(const std::string& s, int64_t bucket, bool stochastic) {
     throw std::invalid_argument("ringzip codec: bucket " + std::to_string(bucket) +
                                 " must be a multiple of 8 in [8, 2^24]");
   return sp;
+}
+
+const char* quant_kernels() {
+  const detail::FusedQuant* k = detail::fused_quant();
+  return k ? k->name : "portable";
 }
 
 std::string name(const Spec& sp) {

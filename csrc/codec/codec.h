@@ -36,6 +36,9 @@ struct Spec {
 // Throws std::invalid_argument with a message naming the bad part.
 Spec parse(const std::string& s, int64_t bucket = 512, bool stochastic = true);
 std::string name(const Spec& spec);
+// The fused q8/q4/q2 kernels this process uses: "avx512", "avx2" or "portable" (quantize_fused.h;
+// RINGZIP_QUANT_KERNELS picks one). Throws if that variable names one this CPU cannot run.
+const char* quant_kernels();
 bool biased(const Spec& spec);
 // Sparse codecs: elements kept out of n: max(1, ceil(ratio * n)) for n > 0, 0 for n == 0.
 int64_t k_for(const Spec& spec, int64_t n);

@@ -1,4 +1,4 @@
-// Fused AVX-512 bucket kernels of the q8/q4/q2 codecs (see quantize_avx512.h). The portable
+// Fused AVX-512 bucket kernels of the q8/q4/q2 codecs (see quantize_fused.h). The portable
 // passes in quantize_cpu.cc write unpacked codes to scratch and pack them in a second pass, one
 // target_clones call per pass; here a bucket's codes are computed, packed in registers and stored
 // in one sweep, and decode + add + max |sum| is one sweep too, so a bucket costs a few loads per
@@ -8,7 +8,7 @@
 // Floors and roundings use the AVX-512 conversion with a static rounding mode: for |t| < 2^22 it
 // is exactly floor_i32 / quant_code_nearest's rounding. Callers guarantee that bound by handing
 // only buckets with a finite inv (|x * inv| <= s + 1), so the codes equal the portable ones.
-#include "codec/quantize_avx512.h"
+#include "codec/quantize_fused.h"
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(RINGZIP_NO_CLONES)
 #include <immintrin.h>
@@ -65,7 +65,7 @@ RZ_AVX512 inline __m512i pack64(__m512i c) {
 }
 
 template <int Bits, bool Dither>
-RZ_AVX512 void codes_pack(const float* x, const uint8_t* d, int64_t L, float inv_, uint8_t* out) {
+RZ_AVX512 void pack_bucket(const float* x, const uint8_t* d, int64_t L, float inv_, uint8_t* out) {
   const int s = (1 << (Bits - 1)) - 1;
   const __m512 inv = _mm512_set1_ps(inv_);
   int64_t j = 0;
@@ -133,7 +133,7 @@ RZ_AVX512 inline __mmask64 unpack_add64(const Spread& sp, const uint8_t* in, int
 }
 
 template <int Bits>
-RZ_AVX512 bool unpack_add(const uint8_t* in, int64_t L, float step_, const float* local, float* sum, uint32_t* amax) {
+RZ_AVX512 bool unpack_add_bucket(const uint8_t* in, int64_t L, float step_, const float* local, float* sum, uint32_t* amax) {
   const Spread sp = spread_for(Bits);
   const __m512i s = _mm512_set1_epi32((1 << (Bits - 1)) - 1);
   const __m512 step = _mm512_set1_ps(step_);
@@ -148,16 +148,7 @@ RZ_AVX512 bool unpack_add(const uint8_t* in, int64_t L, float step_, const float
   return bad == 0;
 }
 
-}  // namespace
-
-bool quant_avx512_available() {
-  static const bool ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                         __builtin_cpu_supports("avx512vl") &&
-                         __builtin_cpu_supports("avx512vbmi");
-  return ok;
-}
-
-RZ_AVX512 uint32_t amax_bits_avx512(const float* x, int64_t L) {
+RZ_AVX512 uint32_t amax_bits(const float* x, int64_t L) {
   const __m512i abs_mask = _mm512_set1_epi32(0x7fffffff);
   __m512i m0 = _mm512_setzero_si512(), m1 = _mm512_setzero_si512();
   int64_t j = 0;
@@ -170,22 +161,15 @@ RZ_AVX512 uint32_t amax_bits_avx512(const float* x, int64_t L) {
   return (uint32_t)_mm512_reduce_max_epu32(_mm512_max_epu32(m0, m1));
 }
 
-void codes_pack_avx512(int bits, const float* x, const uint8_t* d, int64_t L, float inv, uint8_t* out) {
-  switch ((bits << 1) | (d != nullptr)) {
-    case 17: return codes_pack<8, true>(x, d, L, inv, out);
-    case 16: return codes_pack<8, false>(x, d, L, inv, out);
-    case 9: return codes_pack<4, true>(x, d, L, inv, out);
-    case 8: return codes_pack<4, false>(x, d, L, inv, out);
-    case 5: return codes_pack<2, true>(x, d, L, inv, out);
-    default: return codes_pack<2, false>(x, d, L, inv, out);
-  }
-}
+RZ_FUSED_QUANT_KERNELS;
 
-bool unpack_add_avx512(int bits, const uint8_t* in, int64_t L, float step, const float* local, float* sum,
-                       uint32_t* amax) {
-  if (bits == 8) return unpack_add<8>(in, L, step, local, sum, amax);
-  if (bits == 4) return unpack_add<4>(in, L, step, local, sum, amax);
-  return unpack_add<2>(in, L, step, local, sum, amax);
+}  // namespace
+
+const FusedQuant* fused_quant_avx512() {
+  static const FusedQuant k = FusedQuantOf<Kernels>::table("avx512");
+  static const bool ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vbmi");
+  return ok ? &k : nullptr;
 }
 
 }  // namespace ringzip::codec::detail
@@ -193,10 +177,7 @@ bool unpack_add_avx512(int bits, const uint8_t* in, int64_t L, float step, const
 #else  // not x86-64 GCC/Clang, or a baseline-ISA build (RINGZIP_NO_CLONES): the portable passes only
 
 namespace ringzip::codec::detail {
-bool quant_avx512_available() { return false; }
-uint32_t amax_bits_avx512(const float*, int64_t) { return 0; }
-void codes_pack_avx512(int, const float*, const uint8_t*, int64_t, float, uint8_t*) {}
-bool unpack_add_avx512(int, const uint8_t*, int64_t, float, const float*, float*, uint32_t*) { return false; }
+const FusedQuant* fused_quant_avx512() { return nullptr; }
 }  // namespace ringzip::codec::detail
 
 #endif

@@ -5,11 +5,14 @@
 // Each bucket is handled in one pass over cache-resident scratch: load (and widen) -> scale ->
 // Philox dither bytes (one block per 16 elements) -> codes -> pack. The loops are written so GCC vectorizes them at -O3 with the
 // baseline x86-64 ISA; hot functions are also cloned for AVX2 / AVX-512 (runtime dispatch).
-// On CPUs with AVX-512 BW/VBMI, q8/q4/q2 buckets skip the scratch codes: quantize_avx512.cc
-// computes and packs them in one sweep (and decodes + adds in one sweep for decode_add_encode).
+// On CPUs with AVX2 or AVX-512 BW/VBMI, q8/q4/q2 buckets skip the scratch codes: the fused
+// kernels (quantize_fused.h) compute and pack them in one sweep (and decode + add in one sweep
+// for decode_add_encode).
 #include <bit>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #if defined(__x86_64__)
@@ -18,7 +21,7 @@
 
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // GCC 12 false positive in avx512fintrin.h
 #include "codec/codec_impl.h"
-#include "codec/quantize_avx512.h"
+#include "codec/quantize_fused.h"
 #include "codec/quantize_math.h"
 
 
@@ -55,43 +58,47 @@ void philox_fill_scalar(uint64_t q0, int64_t nq, const RngKey& key, uint32_t* w)
 }
 
 #if defined(__x86_64__) && defined(__GNUC__)
-// Eight Philox blocks per iteration in AVX2 lanes; the same arithmetic as philox4x32_10.
+// Sixteen Philox blocks per iteration: four independent groups of four (one block per 64-bit
+// lane, as in the AVX-512 version below: _mm256_mul_epu32 yields each whole product), so the
+// rounds' multiply latency overlaps across groups. Lanes hold blocks 0, 2, 1, 3 of a group, the
+// order in which the final 64-bit unpacks store whole blocks contiguously. Same arithmetic as
+// philox4x32_10.
 __attribute__((target("avx2"))) void philox_fill_avx2(uint64_t q0, int64_t nq, const RngKey& key, uint32_t* w) {
-  const __m256i m0 = _mm256_set1_epi32((int)kPhiloxM0), m1 = _mm256_set1_epi32((int)kPhiloxM1);
-  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  constexpr int G = 4;
+  const __m256i m0 = _mm256_set1_epi64x(kPhiloxM0), m1 = _mm256_set1_epi64x(kPhiloxM1);
+  const __m256i lo32 = _mm256_set1_epi64x(0xffffffffLL), lane = _mm256_setr_epi64x(0, 2, 1, 3);
   int64_t q = 0;
-  for (; q + 8 <= nq; q += 8) {
-    uint64_t base = q0 + q;
-    // Low words of base + lane; the high word may differ across lanes only at a 2^32 wrap.
-    if ((uint32_t)base > 0xfffffff7u) break;
-    __m256i c0 = _mm256_add_epi32(_mm256_set1_epi32((int)(uint32_t)base), lane);
-    __m256i c1 = _mm256_set1_epi32((int)(uint32_t)(base >> 32));
-    __m256i c2 = _mm256_set1_epi32((int)key.seq), c3 = _mm256_set1_epi32((int)key.stream);
+  for (; q + 4 * G <= nq; q += 4 * G) {
+    const uint64_t base = q0 + q;
+    // Low words of base + block; the high word may differ across blocks only at a 2^32 wrap.
+    if ((uint32_t)base > 0xffffffffu - 4 * G) break;
+    __m256i c0[G], c1[G], c2[G], c3[G];
+    for (int g = 0; g < G; ++g) {
+      c0[g] = _mm256_add_epi64(_mm256_set1_epi64x((uint32_t)base + 4 * g), lane);
+      c1[g] = _mm256_set1_epi64x((uint32_t)(base >> 32));
+      c2[g] = _mm256_set1_epi64x(key.seq);
+      c3[g] = _mm256_set1_epi64x(key.stream);
+    }
     uint32_t k0 = (uint32_t)key.seed, k1 = (uint32_t)(key.seed >> 32);
     for (int r = 0; r < 10; ++r) {
-      __m256i e0 = _mm256_mul_epu32(c0, m0), o0 = _mm256_mul_epu32(_mm256_srli_epi64(c0, 32), m0);
-      __m256i e1 = _mm256_mul_epu32(c2, m1), o1 = _mm256_mul_epu32(_mm256_srli_epi64(c2, 32), m1);
-      __m256i hi0 = _mm256_blend_epi32(_mm256_srli_epi64(e0, 32), o0, 0xAA);
-      __m256i lo0 = _mm256_blend_epi32(e0, _mm256_slli_epi64(o0, 32), 0xAA);
-      __m256i hi1 = _mm256_blend_epi32(_mm256_srli_epi64(e1, 32), o1, 0xAA);
-      __m256i lo1 = _mm256_blend_epi32(e1, _mm256_slli_epi64(o1, 32), 0xAA);
-      c0 = _mm256_xor_si256(_mm256_xor_si256(hi1, c1), _mm256_set1_epi32((int)k0));
-      c1 = lo1;
-      c2 = _mm256_xor_si256(_mm256_xor_si256(hi0, c3), _mm256_set1_epi32((int)k1));
-      c3 = lo0;
+      const __m256i kk0 = _mm256_set1_epi64x(k0), kk1 = _mm256_set1_epi64x(k1);
+      for (int g = 0; g < G; ++g) {  // high halves of the lanes carry garbage the multiplies ignore
+        const __m256i p0 = _mm256_mul_epu32(c0[g], m0), p1 = _mm256_mul_epu32(c2[g], m1);
+        c0[g] = _mm256_xor_si256(_mm256_xor_si256(_mm256_srli_epi64(p1, 32), c1[g]), kk0);
+        c1[g] = p1;
+        c2[g] = _mm256_xor_si256(_mm256_xor_si256(_mm256_srli_epi64(p0, 32), c3[g]), kk1);
+        c3[g] = p0;
+      }
       k0 += kPhiloxW0;
       k1 += kPhiloxW1;
     }
-    // Transpose 4 x 8 words into block order: w[4 * block + word].
-    __m256i t0 = _mm256_unpacklo_epi32(c0, c1), t1 = _mm256_unpackhi_epi32(c0, c1);
-    __m256i t2 = _mm256_unpacklo_epi32(c2, c3), t3 = _mm256_unpackhi_epi32(c2, c3);
-    __m256i u0 = _mm256_unpacklo_epi64(t0, t2), u1 = _mm256_unpackhi_epi64(t0, t2);
-    __m256i u2 = _mm256_unpacklo_epi64(t1, t3), u3 = _mm256_unpackhi_epi64(t1, t3);
-    uint32_t* o = w + 4 * q;
-    _mm256_storeu_si256((__m256i*)(o + 0), _mm256_permute2x128_si256(u0, u1, 0x20));
-    _mm256_storeu_si256((__m256i*)(o + 8), _mm256_permute2x128_si256(u2, u3, 0x20));
-    _mm256_storeu_si256((__m256i*)(o + 16), _mm256_permute2x128_si256(u0, u1, 0x31));
-    _mm256_storeu_si256((__m256i*)(o + 24), _mm256_permute2x128_si256(u2, u3, 0x31));
+    for (int g = 0; g < G; ++g) {
+      const __m256i p01 = _mm256_or_si256(_mm256_and_si256(c0[g], lo32), _mm256_slli_epi64(c1[g], 32));
+      const __m256i p23 = _mm256_or_si256(_mm256_and_si256(c2[g], lo32), _mm256_slli_epi64(c3[g], 32));
+      uint32_t* o = w + 4 * (q + 4 * g);
+      _mm256_storeu_si256((__m256i*)o, _mm256_unpacklo_epi64(p01, p23));
+      _mm256_storeu_si256((__m256i*)(o + 8), _mm256_unpackhi_epi64(p01, p23));
+    }
   }
   philox_fill_scalar(q0 + q, nq - q, key, w + 4 * q);
 }
@@ -289,21 +296,46 @@ RZ_CLONES void q1_add(const uint8_t* c, int64_t L, float scale, const float* loc
   for (int64_t j = 0; j < L; ++j) out[j] = rz_add(q1_value(c[j], scale), local[j]);
 }
 
+}  // namespace
+
+const FusedQuant* fused_quant() {
+  static const FusedQuant* const chosen = [] {
+    const char* env = std::getenv("RINGZIP_QUANT_KERNELS");
+    const std::string want = env ? env : "";
+    if (want.empty() || want == "auto") {
+      const FusedQuant* k = fused_quant_avx512();
+      return k ? k : fused_quant_avx2();
+    }
+    if (want == "portable") return static_cast<const FusedQuant*>(nullptr);
+    const FusedQuant* k = want == "avx512" ? fused_quant_avx512() : want == "avx2" ? fused_quant_avx2() : nullptr;
+    if (!k)
+      fail("RINGZIP_QUANT_KERNELS=" + want + (want == "avx512" || want == "avx2"
+                                                  ? ": this CPU (or this build) cannot run those kernels"
+                                                  : ": unknown; use auto, avx512, avx2 or portable"));
+    return k;
+  }();
+  return chosen;
+}
+
+namespace {
+
 // max |x| of a bucket as ordered bits.
 uint32_t bucket_amax(const float* x, int64_t L) {
-  return quant_avx512_available() ? amax_bits_avx512(x, L) : amax_bits(x, L);
+  const FusedQuant* k = fused_quant();
+  return k ? k->amax(x, L) : amax_bits(x, L);
 }
 
 // Encodes one bucket of float32 x (L elements, first global index g0, max |x| bits am). With
 // `unpacked` its codes are also left unpacked in sc.c (encode_feedback needs them); without, a
-// finite q8/q4/q2 bucket takes the fused AVX-512 kernel where the CPU has one (quant_inv is
+// finite q8/q4/q2 bucket takes the fused kernel where the CPU has one (quant_inv is
 // always finite, the bound under which the kernel's roundings equal floor_i32's).
 void encode_bucket(const QParams& p, const float* x, int64_t L, uint32_t am, uint64_t g0, const RngKey& key,
                    Scratch& sc, uint8_t* scale_out, uint8_t* code_out, bool unpacked) {
-  if (!unpacked && p.bits > 1 && abs_bits_finite(am) && quant_avx512_available()) {
+  const FusedQuant* fused = fused_quant();
+  if (!unpacked && p.bits > 1 && abs_bits_finite(am) && fused) {
     const float scale = u2f(am);
     const uint8_t* d = p.stochastic ? philox_fill_bytes(key, g0, L, sc.w.data()) : nullptr;
-    codes_pack_avx512(p.bits, x, d, L, quant_inv(scale, p.s), code_out);
+    fused->codes_pack(p.bits, x, d, L, quant_inv(scale, p.s), code_out);
     std::memcpy(scale_out, &scale, 4);
     return;
   }
@@ -449,7 +481,7 @@ void quant_decode_add_encode(const Spec& sp, const uint8_t* in, const float* loc
   int64_t B = p.bucket < n ? p.bucket : n;
   Scratch sc(B);
   std::vector<uint8_t> cin(B + 8);
-  const bool fused = p.bits > 1 && quant_avx512_available();
+  const FusedQuant* fused = p.bits > 1 ? fused_quant() : nullptr;
   int64_t nb = (n + p.bucket - 1) / p.bucket;
   const uint8_t* codes_in = in + 4 * nb;
   uint8_t* codes_out = out + 4 * nb;
@@ -459,7 +491,7 @@ void quant_decode_add_encode(const Spec& sp, const uint8_t* in, const float* loc
     float* sum = sc.x.data();
     uint32_t am;
     if (fused) {  // decode + add + max |sum| in one sweep
-      if (!unpack_add_avx512(p.bits, codes_in + begin * p.bits / 8, L, quant_step(scale, p.s), local + begin, sum, &am))
+      if (!fused->unpack_add(p.bits, codes_in + begin * p.bits / 8, L, quant_step(scale, p.s), local + begin, sum, &am))
         read_codes(p, codes_in + begin * p.bits / 8, L, b, cin.data());  // names the bad code and throws
     } else {
       read_codes(p, codes_in + begin * p.bits / 8, L, b, cin.data());

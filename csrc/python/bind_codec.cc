@@ -1,5 +1,5 @@
 // Python entry points of the codec kernels: ringzip._C.codec.{encode, decode, decode_accumulate,
-// decode_add_encode, encode_feedback, residual, topk_feedback, encoded_bytes, k_for, biased, name}. Thin: checks tensors, converts them to
+// decode_add_encode, encode_feedback, residual, topk_feedback, encoded_bytes, k_for, biased, name, quant_kernels}. Thin: checks tensors, converts them to
 // raw pointers, releases the GIL around the kernel. std::invalid_argument -> ValueError,
 // std::runtime_error -> RuntimeError (pybind11's standard translation).
 #include <ATen/ATen.h>
@@ -184,6 +184,8 @@ void bind_codec(py::module_& m) {
   c.def("biased", [](const std::string& spec, bool stochastic) { return cd::biased(cd::parse(spec, 512, stochastic)); },
         "spec"_a, "stochastic"_a = true);
   c.def("name", [](const std::string& spec) { return cd::name(cd::parse(spec, 512, true)); }, "spec"_a);
+  c.def("quant_kernels", [] { return std::string(cd::quant_kernels()); },
+        "The fused q8/q4/q2 kernels in use: 'avx512', 'avx2' or 'portable' (RINGZIP_QUANT_KERNELS picks one).");
   // Version of the codecs' bits (codec/codec.h): 2 = one Philox byte of dither per element.
   c.attr("codec_version") = cd::kCodecVersion;
 }

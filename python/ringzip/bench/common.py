@@ -103,13 +103,19 @@ def cpu_model() -> str:
 
 def simd_level() -> str:
     """The widest vector ISA the codec kernels dispatch to on this CPU (they pick AVX-512, then
-    AVX2, then scalar code at run time)."""
+    AVX2, then scalar code at run time), and the fused q-codec kernel set in use."""
     try:
         with open("/proc/cpuinfo") as f:
             flags = next((ln.split(":", 1)[1].split() for ln in f if ln.startswith("flags")), [])
     except OSError:
         flags = []
-    return "AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else "scalar"
+    level = "AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else "scalar"
+    try:  # the fused q8/q4/q2 kernels need more than avx512f (BW/VL/VBMI): name the set in use
+        import ringzip
+
+        return f"{level} (q-codec kernels: {ringzip._C.codec.quant_kernels()})"
+    except Exception:  # noqa: BLE001 - the header must not fail
+        return level
 
 
 def versions() -> dict:

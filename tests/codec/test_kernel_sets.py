@@ -1,0 +1,57 @@
+"""Every set of fused q8/q4/q2 kernels this CPU runs (AVX-512, AVX2) against the portable passes,
+byte for byte, in subprocesses that pick a set with RINGZIP_QUANT_KERNELS. A machine with
+AVX-512 checks both sets; one with AVX2 only, the AVX2 set. Shapes cover every group remainder
+(the fused kernels work in groups of 32 or 64 elements), tiny buckets, mixed magnitudes, zeros
+and ties, stochastic and nearest rounding, and decode_add_encode (the fused decode + add)."""
+import os
+import subprocess
+import sys
+
+
+PROBE = r"""
+import hashlib, sys, torch, ringzip
+C = ringzip._C.codec
+h = hashlib.sha256()
+g = torch.Generator().manual_seed(11)
+for n in [1, 7, 8, 9, 31, 32, 33, 63, 64, 65, 100, 511, 512, 513, 1000, 4097, 20011]:
+    for bucket in [8, 24, 64, 512, 2048]:
+        x = torch.randn(n, generator=g) * torch.exp(3 * torch.randn(n, generator=g))
+        x[: n // 5] = 0.0
+        local = torch.randn(n, generator=g)
+        for spec in ["q8", "q4", "q2"]:
+            for st in [True, False]:
+                p = C.encode(spec, x, 1, 2, 3, 5, bucket, st)
+                q = C.decode_add_encode(spec, p, local, 1, 2, 3, 4, 5, bucket, st)
+                for t in (p, q, C.decode(spec, q, n, 1, 2, 4, 5, bucket)):
+                    h.update(t.numpy().tobytes())
+print(C.quant_kernels(), h.hexdigest())
+"""
+
+
+def run(kernels: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, RINGZIP_QUANT_KERNELS=kernels)
+    return subprocess.run([sys.executable, "-c", PROBE], env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_fused_kernel_sets_match_portable_bytes():
+    portable = run("portable")
+    assert portable.returncode == 0, portable.stderr
+    name, want = portable.stdout.split()
+    assert name == "portable"
+    compared = []
+    for kernels in ("avx512", "avx2"):
+        got = run(kernels)
+        if got.returncode != 0:
+            assert "cannot run those kernels" in got.stderr, got.stderr  # not on this CPU
+            continue
+        assert got.stdout.split() == [kernels, want], f"{kernels} kernels differ from the portable passes"
+        compared.append(kernels)
+    default = run("auto")
+    assert default.returncode == 0 and default.stdout.split() == [compared[0] if compared else "portable", want]
+
+
+def test_unknown_kernel_set_is_a_clear_error():
+    got = subprocess.run([sys.executable, "-c", "import torch, ringzip; ringzip._C.codec.encode('q4', torch.ones(64), 1, 2, 3)"],
+                         env=dict(os.environ, RINGZIP_QUANT_KERNELS="sse9"), capture_output=True, text=True, timeout=120)
+    assert got.returncode != 0
+    assert "RINGZIP_QUANT_KERNELS=sse9: unknown" in got.stderr
