@@ -32,6 +32,8 @@ void quant_encode(const Spec&, InType, const void* x, int64_t n, int64_t off, co
 void quant_decode(const Spec&, const uint8_t* in, int64_t n, float* out, bool accumulate);
 bool quant_encode_feedback(const Spec&, const float* x, float* r, int64_t n, int64_t off, const RngKey&,
                            uint8_t* out);
+bool quant_reduce_encode(const Spec&, const uint8_t* const* in, int m, float* acc, int64_t n, int64_t off,
+                         const RngKey& key, uint8_t* out, float* r);
 void quant_decode_add_encode(const Spec&, const uint8_t* in, const float* local, int64_t n,
                              int64_t off, const RngKey& enc_key, uint8_t* out);
 

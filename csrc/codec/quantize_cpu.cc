@@ -506,4 +506,58 @@ void quant_decode_add_encode(const Spec& sp, const uint8_t* in, const float* loc
   }
 }
 
+bool quant_reduce_encode(const Spec& sp, const uint8_t* const* in, int m, float* acc, int64_t n, int64_t off,
+                         const RngKey& key, uint8_t* out, float* r) {
+  const QParams p = qparams(sp);
+  const int64_t B = p.bucket < n ? p.bucket : n;
+  Scratch sc(B);
+  std::vector<uint8_t> cin(B + 8);
+  const FusedQuant* fused = p.bits > 1 ? fused_quant() : nullptr;
+  const std::vector<float> zeros(fused ? B : 0, 0.0f);  // decode back = unpack_add onto +0 (exact)
+  const int64_t nb = (n + p.bucket - 1) / p.bucket;
+  uint32_t worst = 0;
+  for (int64_t b = 0; b < nb; ++b) {
+    const int64_t begin = b * p.bucket, L = n - begin < p.bucket ? n - begin : p.bucket;
+    const int64_t code_at = 4 * nb + begin * p.bits / 8;
+    float* sum = sc.x.data();
+    const float* local = acc + begin;  // sum = acc + in[0] + in[1] + ..., added in that order
+    uint32_t am = 0;
+    if (m == 0) std::memcpy(sum, local, 4 * L);
+    for (int j = 0; j < m; ++j, local = sum) {
+      const float scale = read_scale(in[j] + 4 * b, b);
+      if (fused) {
+        if (!fused->unpack_add(p.bits, in[j] + code_at, L, quant_step(scale, p.s), local, sum, &am))
+          read_codes(p, in[j] + code_at, L, b, cin.data());  // names the bad code and throws
+        continue;
+      }
+      read_codes(p, in[j] + code_at, L, b, cin.data());
+      if (p.bits == 1)
+        q1_add(cin.data(), L, scale, local, sum);
+      else
+        values_add(cin.data(), L, quant_step(scale, p.s), p.s, local, sum);
+    }
+    if (!fused || m == 0) am = bucket_amax(sum, L);
+    encode_bucket(p, sum, L, am, (uint64_t)(off + begin), key, sc, out + 4 * b, out + code_at, !fused);
+    float scale;
+    std::memcpy(&scale, out + 4 * b, 4);
+    if (fused) {  // the codes just packed, decoded in cache
+      uint32_t unused;
+      fused->unpack_add(p.bits, out + code_at, L, quant_step(scale, p.s), zeros.data(), acc + begin, &unused);
+      for (int64_t j = 0; r && j < L; ++j) {
+        r[begin + j] = rz_sub(sum[j], acc[begin + j]);
+        worst = std::max(worst, abs_bits(r[begin + j]));
+      }
+      continue;
+    }
+    if (r)
+      worst = std::max(worst, p.bits == 1 ? q1_residual(sc.c.data(), L, scale, sum, r + begin)
+                                          : values_residual(sc.c.data(), L, quant_step(scale, p.s), p.s, sum, r + begin));
+    if (p.bits == 1)
+      q1_store(sc.c.data(), L, scale, acc + begin);
+    else
+      values_store(sc.c.data(), L, quant_step(scale, p.s), p.s, acc + begin);
+  }
+  return abs_bits_finite(worst);
+}
+
 }  // namespace ringzip::codec::detail

@@ -36,6 +36,19 @@ class Compute {
   virtual void decode_add_encode(const codec::Spec& s, const uint8_t* in, size_t bytes, const float* local,
                                  int64_t n, int64_t off, const codec::RngKey& dk, const codec::RngKey& ek,
                                  uint8_t* out) = 0;
+  // The owner's step of SRA (codec::reduce_encode): acc += decode(in[j]) for j = 0 .. m-1 in
+  // order (keys dk[j]), out = encode(acc) (key ek), r = acc - decode(out) where r is given,
+  // acc = decode(out). Returns whether r is known free of NaN/Inf. These steps unless fused.
+  virtual bool reduce_encode(const codec::Spec& s, const uint8_t* const* in, size_t bytes, int m,
+                             const codec::RngKey* dk, float* acc, int64_t n, int64_t off, const codec::RngKey& ek,
+                             uint8_t* out, float* r) {
+    for (int j = 0; j < m; ++j) decode_accumulate(s, in[j], bytes, n, off, dk[j], acc);
+    encode(s, codec::InType::F32, acc, n, off, ek, out);
+    const size_t out_bytes = codec::encoded_bytes(s, n);
+    const bool finite = !r || decode_residual(s, out, out_bytes, n, off, ek, acc, r);
+    decode(s, out, out_bytes, n, off, ek, acc);
+    return finite;
+  }
   // Error feedback: r = x - decode(in), in being x's encoding (what x lost on the wire).
   // Returns true when r is known to hold no NaN/Inf (false: unknown).
   virtual bool decode_residual(const codec::Spec& s, const uint8_t* in, size_t bytes, int64_t n, int64_t off,

@@ -101,6 +101,10 @@ class HostCompute final : public Compute {
                        const codec::RngKey& k, const float* x, float* r) override {
     return codec::residual(s, in, bytes, x, n, off, k, r);
   }
+  bool reduce_encode(const codec::Spec& s, const uint8_t* const* in, size_t bytes, int m, const codec::RngKey* dk,
+                     float* acc, int64_t n, int64_t off, const codec::RngKey& ek, uint8_t* out, float* r) override {
+    return codec::reduce_encode(s, in, bytes, m, dk, acc, n, off, ek, out, r);
+  }
   void decode_accumulate(const codec::Spec& s, const uint8_t* in, size_t bytes, int64_t n, int64_t off,
                          const codec::RngKey& k, float* acc) override {
     codec::decode_accumulate(s, in, bytes, n, off, k, acc);

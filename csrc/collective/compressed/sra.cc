@@ -7,7 +7,8 @@
 // one schedule (collective/schedule.h) whose step s
 //   A. encodes segment s of every peer's part and sends it to the part's owner;
 //   B. adds the peers' segments s-1 of this rank's part (received in step s, in rank order)
-//      and, with `gather`, encodes the sum, sends it to every peer and keeps decode(encode(sum));
+//      and, with `gather`, encodes the sum, keeps decode(encode(sum)) and sends the encoding to
+//      every peer (one fused pass: Compute::reduce_encode);
 //   C. decodes the owners' segments s-2 (received in step s).
 // So the codec of one segment runs while others are on the wire, and every step waits only for
 // data its peers sent the step before.
@@ -34,10 +35,10 @@ bool sra(Comm& c, float* data, size_t count, const CompressedCall& call, bool ga
     if (gather) gather_in[i] = c.dev.alloc(g.total_bytes(i));
   }
   bool finite = true;  // every residual written so far known free of NaN/Inf
-  auto encode_segment = [&](int i, size_t t, const codec::RngKey& k) {
+  auto encode_segment = [&](int i, size_t t, const codec::RngKey& k) {  // a peer's part
     const size_t e = g.elem[i][t];
     uint8_t* out = mine[i].get() + g.bytes[i][t];
-    if (i != r && call.residual) {  // a peer's part: what earlier calls owe goes along
+    if (call.residual) {  // what earlier calls owe goes along
       CodecTimer timer(c);
       bool seg_finite = false;
       if (c.dev.encode_feedback(call.spec, data + e, call.residual + e, static_cast<int64_t>(g.len(i, t)), e, k, out,
@@ -83,22 +84,32 @@ bool sra(Comm& c, float* data, size_t count, const CompressedCall& call, bool ga
     size_t next = 0;  // this step's next receive
     if (it >= 1 && it - 1 < g.count(r)) {  // B
       const size_t t = it - 1, e = g.elem[r][t];
-      for (int j = 0; j < n; ++j) {
-        if (j == r) continue;
-        st.wait(next++);
-        CodecTimer timer(c);
-        c.dev.decode_accumulate(call.spec, reduce_in[j].get() + g.bytes[r][t], g.nbytes(r, t), g.len(r, t), e,
-                                key(call, c, j, 0), data + e);
-      }
-      if (gather) {
-        encode_segment(r, t, key(call, c, r, kGatherPhase));
-        for (int k = 1; k < n; ++k)
-          st.send(mine[r].get() + g.bytes[r][t], g.nbytes(r, t), (r + k) % n, kGatherStep | static_cast<uint32_t>(t),
-                  send_what);
+      if (gather) {  // every peer's segment, then add, encode and decode in one trip through memory
+        std::vector<const uint8_t*> in;
+        std::vector<codec::RngKey> keys;
+        for (int j = 0; j < n; ++j) {
+          if (j == r) continue;
+          st.wait(next++);
+          in.push_back(reduce_in[j].get() + g.bytes[r][t]);
+          keys.push_back(key(call, c, j, 0));
+        }
         // The owner keeps decode(encode(sum)) like everyone else, so all ranks agree bitwise.
         CodecTimer timer(c);
-        c.dev.decode(call.spec, mine[r].get() + g.bytes[r][t], g.nbytes(r, t), g.len(r, t), e,
-                     key(call, c, r, kGatherPhase), data + e);
+        uint8_t* out = mine[r].get() + g.bytes[r][t];
+        const bool seg_finite =
+            c.dev.reduce_encode(call.spec, in.data(), g.nbytes(r, t), n - 1, keys.data(), data + e, g.len(r, t), e,
+                                key(call, c, r, kGatherPhase), out, call.residual ? call.residual + e : nullptr);
+        finite = finite && seg_finite;
+        for (int k = 1; k < n; ++k)
+          st.send(out, g.nbytes(r, t), (r + k) % n, kGatherStep | static_cast<uint32_t>(t), send_what);
+      } else {
+        for (int j = 0; j < n; ++j) {
+          if (j == r) continue;
+          st.wait(next++);
+          CodecTimer timer(c);
+          c.dev.decode_accumulate(call.spec, reduce_in[j].get() + g.bytes[r][t], g.nbytes(r, t), g.len(r, t), e,
+                                  key(call, c, j, 0), data + e);
+        }
       }
     }
     if (gather && it >= 2) {  // C

@@ -1,6 +1,8 @@
 """`ringzip-bench kernels`: codec kernel throughput in GB/s of float32 input.
 
-For each codec: encode, decode_accumulate and decode_add_encode of the compiled kernels, next to
+For each codec: encode, decode_accumulate, decode_add_encode and the error-feedback pass
+(encode_feedback; top-k: topk_feedback, the one pass that adds the residual, selects and clears)
+of the compiled kernels, next to
 memcpy (copy_ into a warm buffer of the same size, measured in the same run) and the pure-torch
 reference encode (ringzip.reference, the test oracle); each kernel also as a fraction of that
 memcpy, and the header names the CPU model and the SIMD level the kernels dispatch to. Medians of `iters` repetitions, single thread by default.
@@ -18,11 +20,14 @@ from .common import fmt_bytes, header_lines, parse_size, size_sweep, split_list
 DEFAULT_CODECS = "fp16,bf16,q8,q4,q2,q1,topk:0.01,randomk:0.01"
 
 
-def _median_s(fn, iters: int, warmup: int) -> float:
+def _median_s(fn, iters: int, warmup: int, setup=None) -> float:
+    """Median seconds of fn(); setup() (untimed) runs before every call."""
     for _ in range(max(1, warmup)):
+        setup and setup()
         fn()
     ts = []
     for _ in range(max(1, iters)):
+        setup and setup()
         t = time.perf_counter()
         fn()
         ts.append(time.perf_counter() - t)
@@ -43,6 +48,8 @@ def run_kernel_bench(sizes, codecs, iters: int = 7, warmup: int = 1, threads: in
         n = max(1, size // 4)
         x, local = torch.randn(n, generator=g), torch.randn(n, generator=g)
         acc, dst = torch.zeros(n), torch.empty(n)
+        r0 = 0.1 * torch.randn(n, generator=g)  # an error-feedback residual
+        xf, rf = torch.empty(n), torch.empty(n)  # the feedback passes write them: restored before each call
         gbs = lambda s: 4 * n / s / 1e9  # noqa: E731
         memcpy = gbs(_median_s(lambda: dst.copy_(x), iters, warmup))
         for spec in codecs:
@@ -54,7 +61,10 @@ def run_kernel_bench(sizes, codecs, iters: int = 7, warmup: int = 1, threads: in
                    "decode_acc_gbps": gbs(_median_s(lambda: C.decode_accumulate(spec, p, acc, 1, 2, 3), iters, warmup)),
                    "decode_add_encode_gbps": gbs(_median_s(lambda: C.decode_add_encode(spec, p, local, 1, 2, 3, 4, out=out),
                                                            iters, warmup))}
-            for k in ("encode", "decode_acc", "decode_add_encode"):
+            feedback = (lambda: C.topk_feedback(spec, xf, rf)) if spec.startswith("topk") else \
+                (lambda: C.encode_feedback(spec, xf, rf, 1, 2, 3))
+            row["feedback_gbps"] = gbs(_median_s(feedback, iters, warmup, setup=lambda: (xf.copy_(x), rf.copy_(r0))))
+            for k in ("encode", "decode_acc", "decode_add_encode", "feedback"):
                 row[f"{k}_vs_memcpy"] = row[f"{k}_gbps"] / memcpy
             if reference:
                 row["reference_encode_gbps"] = gbs(_median_s(lambda: R.encode(spec, x, 1, 2, 3), max(1, iters // 3), 0))
@@ -64,14 +74,15 @@ def run_kernel_bench(sizes, codecs, iters: int = 7, warmup: int = 1, threads: in
 
 
 def format_table(rows) -> str:
-    lines = ["| size | codec | r | encode (x memcpy) | decode_acc (x memcpy) | decode_add_encode (x memcpy) | memcpy "
-             "| reference encode | encode/ref |",
-             "|" + "---:|" * 9]
+    lines = ["| size | codec | r | encode (x memcpy) | decode_acc (x memcpy) | decode_add_encode (x memcpy) "
+             "| feedback (x memcpy) | memcpy | reference encode | encode/ref |",
+             "|" + "---:|" * 10]
     for r in rows:
         lines.append(f"| {fmt_bytes(r['bytes'])} | {r['codec']} | {r['ratio']:.1f} "
                      f"| {r['encode_gbps']:.2f} ({r['encode_vs_memcpy']:.2f}) "
                      f"| {r['decode_acc_gbps']:.2f} ({r['decode_acc_vs_memcpy']:.2f}) "
-                     f"| {r['decode_add_encode_gbps']:.2f} ({r['decode_add_encode_vs_memcpy']:.2f}) | {r['memcpy_gbps']:.2f} "
+                     f"| {r['decode_add_encode_gbps']:.2f} ({r['decode_add_encode_vs_memcpy']:.2f}) "
+                     f"| {r['feedback_gbps']:.2f} ({r['feedback_vs_memcpy']:.2f}) | {r['memcpy_gbps']:.2f} "
                      f"| {r.get('reference_encode_gbps', float('nan')):.3f} | {r.get('encode_vs_reference', float('nan')):.0f}x |")
     return "\n".join(lines)
 
