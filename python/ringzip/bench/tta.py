@@ -80,11 +80,24 @@ def _group(row: dict, spec: dict, timeout):
 
 
 def _hook(ddp, row: dict, group, spec: dict):
+    import torch
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
     from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as psgd
 
     if row["hook"] in ("bf16", "fp16"):
-        ddp.register_comm_hook(group, getattr(default_hooks, f"{row['hook']}_compress_hook"))
+        hook = getattr(default_hooks, f"{row['hook']}_compress_hook")
+        if row["hook"] == "bf16":
+            # DDP refuses a hook *named* bf16_compress_hook unless torch was built with CUDA and
+            # NCCL >= 2.10 (a check for NCCL's bf16 support); over Gloo on a CPU-only torch the
+            # same hook works, so it is registered under another name there.
+            def bf16_hook_over_gloo(process_group, bucket):
+                return default_hooks.bf16_compress_hook(process_group, bucket)
+
+            # DDP checks the annotation as an object (this module's annotations are strings).
+            bf16_hook_over_gloo.__annotations__["return"] = torch.futures.Future[torch.Tensor]
+
+            hook = hook if torch.version.cuda or torch.version.hip else bf16_hook_over_gloo
+        ddp.register_comm_hook(group, hook)
     elif row["hook"] == "powersgd":
         state = psgd.PowerSGDState(process_group=group, matrix_approximation_rank=row["rank"],
                                    start_powerSGD_iter=spec["powersgd_start"], warm_start=True)
