@@ -97,14 +97,14 @@ def works_with(ctx):
     q8 = dist.new_group(backend="ringzip", pg_options=ringzip.Options(codec="q8", min_numel=0))
     chk = mp.Checker(rank)
 
-    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+    from ringzip.bench.tta import ddp_compress_hook  # DDP's hooks, bf16's also on a CPU-only torch
     for hook in ("fp16_compress_hook", "bf16_compress_hook"):
         with chk.case(f"ddp_hook/{hook}"):
             mp.progress(hook)
             nets = []
             for group in (rz, ref):
                 d = DDP(_model(1 + rank), process_group=group)
-                d.register_comm_hook(group, getattr(default_hooks, hook))
+                d.register_comm_hook(group, ddp_compress_hook(hook[:4]))
                 _train(d, d.parameters(), rank)
                 nets.append(_flat(d.parameters()))
             outs = _replicas(nets[0], ref, ws)

@@ -79,25 +79,33 @@ def _group(row: dict, spec: dict, timeout):
     return dist.new_group(backend="gloo", timeout=timeout)
 
 
+def ddp_compress_hook(dtype: str):
+    """DDP's fp16_compress_hook / bf16_compress_hook, registrable on any torch build: DDP refuses a
+    hook *named* bf16_compress_hook unless torch was built with CUDA and NCCL >= 2.10 (a check
+    for NCCL's bf16 support); over Gloo or ringzip on a CPU-only torch the same hook works, so
+    there it is handed over under another name."""
+    import torch
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+    hook = getattr(default_hooks, f"{dtype}_compress_hook")
+    if dtype != "bf16" or torch.version.cuda or torch.version.hip:
+        return hook
+
+    def bf16_hook_without_nccl(process_group, bucket):
+        return hook(process_group, bucket)
+
+    # DDP checks the annotation as an object (this module's annotations are strings).
+    bf16_hook_without_nccl.__annotations__["return"] = torch.futures.Future[torch.Tensor]
+    return bf16_hook_without_nccl
+
+
 def _hook(ddp, row: dict, group, spec: dict):
     import torch
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
     from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as psgd
 
     if row["hook"] in ("bf16", "fp16"):
-        hook = getattr(default_hooks, f"{row['hook']}_compress_hook")
-        if row["hook"] == "bf16":
-            # DDP refuses a hook *named* bf16_compress_hook unless torch was built with CUDA and
-            # NCCL >= 2.10 (a check for NCCL's bf16 support); over Gloo on a CPU-only torch the
-            # same hook works, so it is registered under another name there.
-            def bf16_hook_over_gloo(process_group, bucket):
-                return default_hooks.bf16_compress_hook(process_group, bucket)
-
-            # DDP checks the annotation as an object (this module's annotations are strings).
-            bf16_hook_over_gloo.__annotations__["return"] = torch.futures.Future[torch.Tensor]
-
-            hook = hook if torch.version.cuda or torch.version.hip else bf16_hook_over_gloo
-        ddp.register_comm_hook(group, hook)
+        ddp.register_comm_hook(group, ddp_compress_hook(row["hook"]))
     elif row["hook"] == "powersgd":
         state = psgd.PowerSGDState(process_group=group, matrix_approximation_rank=row["rank"],
                                    start_powerSGD_iter=spec["powersgd_start"], warm_start=True)
