@@ -9,6 +9,7 @@
 // codes equal the portable floor_i32 / quant_code_nearest ones for the finite inv callers pass
 // (|x * inv| <= s + 1).
 #include "codec/quantize_fused.h"
+#include "codec/quantize_math.h"
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(RINGZIP_NO_CLONES)
 #include <immintrin.h>
@@ -174,6 +175,29 @@ RZ_AVX2 uint32_t amax_bits(const float* x, int64_t L) {
 RZ_FUSED_QUANT_KERNELS;
 
 }  // namespace
+
+// Element j adds into lane j % 8 in order (quantize_math.h): exactly a vector of eight lanes;
+// the last partial group adds +0 to the lanes it does not reach, which changes no sum.
+RZ_AVX2 float q1_pack_avx2(const float* x, int64_t L, uint8_t* out) {
+  const __m256 zero = _mm256_setzero_ps(), abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  __m256 lanes = zero;
+  int64_t j = 0;
+  for (; j + 8 <= L; j += 8) {
+    const __m256 v = _mm256_loadu_ps(x + j);
+    lanes = _mm256_add_ps(lanes, _mm256_and_ps(v, abs_mask));
+    out[j / 8] = (uint8_t)_mm256_movemask_ps(_mm256_cmp_ps(v, zero, _CMP_GE_OQ));
+  }
+  if (j < L) {
+    alignas(32) float t[8] = {};
+    std::memcpy(t, x + j, 4 * (L - j));
+    const __m256 v = _mm256_load_ps(t);
+    lanes = _mm256_add_ps(lanes, _mm256_and_ps(v, abs_mask));
+    out[j / 8] = (uint8_t)(_mm256_movemask_ps(_mm256_cmp_ps(v, zero, _CMP_GE_OQ)) & ((1 << (L - j)) - 1));
+  }
+  alignas(32) float l[8];
+  _mm256_store_ps(l, lanes);
+  return rz_div(q1_combine(l), (float)L);
+}
 
 const FusedQuant* fused_quant_avx2() {
   static const FusedQuant k = FusedQuantOf<Kernels>::table("avx2");

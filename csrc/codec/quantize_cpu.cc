@@ -332,6 +332,11 @@ uint32_t bucket_amax(const float* x, int64_t L) {
 void encode_bucket(const QParams& p, const float* x, int64_t L, uint32_t am, uint64_t g0, const RngKey& key,
                    Scratch& sc, uint8_t* scale_out, uint8_t* code_out, bool unpacked) {
   const FusedQuant* fused = fused_quant();
+  if (!unpacked && p.bits == 1 && abs_bits_finite(am) && fused) {
+    const float scale = fused->q1_pack(x, L, code_out);
+    std::memcpy(scale_out, &scale, 4);
+    return;
+  }
   if (!unpacked && p.bits > 1 && abs_bits_finite(am) && fused) {
     const float scale = u2f(am);
     const uint8_t* d = p.stochastic ? philox_fill_bytes(key, g0, L, sc.w.data()) : nullptr;
@@ -413,10 +418,13 @@ RZ_CLONES uint32_t values_residual(const uint8_t* c, int64_t L, float step, int 
   }
   return worst;
 }
-RZ_CLONES uint32_t q1_residual(const uint8_t* c, int64_t L, float scale, const float* sum, float* r) {
+// q1's residual from the values themselves: a finite bucket's codes are (sum >= 0), a
+// non-finite one's all 0 (encode_bucket), so no codes are needed.
+RZ_CLONES uint32_t q1_residual(int64_t L, float scale, const float* sum, float* r) {
+  const bool finite = abs_bits_finite(abs_bits(scale));
   uint32_t worst = 0;
   for (int64_t j = 0; j < L; ++j) {
-    r[j] = rz_sub(sum[j], q1_value(c[j], scale));
+    r[j] = rz_sub(sum[j], q1_value(finite && sum[j] >= 0.0f, scale));
     worst = std::max(worst, abs_bits(r[j]));
   }
   return worst;
@@ -447,11 +455,11 @@ bool quant_encode_feedback(const Spec& sp, const float* x, float* r, int64_t n, 
         return sc.x.data();
       },
       [&](int64_t begin, int64_t L, const float* s, Scratch& sc, float scale) {
-        const uint32_t w = p.bits == 1 ? q1_residual(sc.c.data(), L, scale, s, r + begin)
+        const uint32_t w = p.bits == 1 ? q1_residual(L, scale, s, r + begin)
                                        : values_residual(sc.c.data(), L, quant_step(scale, p.s), p.s, s, r + begin);
         worst = std::max(worst, w);
       },
-      true);
+      p.bits > 1);
   return abs_bits_finite(worst);
 }
 
@@ -550,7 +558,7 @@ bool quant_reduce_encode(const Spec& sp, const uint8_t* const* in, int m, float*
       continue;
     }
     if (r)
-      worst = std::max(worst, p.bits == 1 ? q1_residual(sc.c.data(), L, scale, sum, r + begin)
+      worst = std::max(worst, p.bits == 1 ? q1_residual(L, scale, sum, r + begin)
                                           : values_residual(sc.c.data(), L, quant_step(scale, p.s), p.s, sum, r + begin));
     if (p.bits == 1)
       q1_store(sc.c.data(), L, scale, acc + begin);

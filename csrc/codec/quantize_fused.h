@@ -20,7 +20,13 @@ struct FusedQuant {
   // bytes covering L codes is all ones, the pattern no encoder writes.
   bool (*unpack_add)(int bits, const uint8_t* in, int64_t L, float step, const float* local, float* sum,
                      uint32_t* amax);
+  // q1 of a finite bucket: the bits (x >= 0) packed LSB-first into ceil(L / 8) bytes of out,
+  // unused high bits 0; returns the scale fl(q1 lane sum / L) (quantize_math.h's order).
+  float (*q1_pack)(const float* x, int64_t L, uint8_t* out) = nullptr;
 };
+
+// The AVX2 q1 kernel, which the AVX-512 set shares (quantize_avx2.cc).
+float q1_pack_avx2(const float* x, int64_t L, uint8_t* out);
 
 // A set's table from its templates K::codes_pack<Bits, Dither>, K::unpack_add<Bits> and K::amax:
 // the run-time switch over bits and dither.
@@ -38,7 +44,7 @@ struct FusedQuantOf {
     if (bits == 4) return K::template unpack_add<4>(in, L, step, local, sum, amax);
     return K::template unpack_add<2>(in, L, step, local, sum, amax);
   }
-  static constexpr FusedQuant table(const char* name) { return {name, K::amax, codes_pack, unpack_add}; }
+  static constexpr FusedQuant table(const char* name) { return {name, K::amax, codes_pack, unpack_add, q1_pack_avx2}; }
 };
 
 // The K of a kernel file whose bucket templates are pack_bucket<Bits, Dither>,

@@ -1,8 +1,9 @@
-"""Every set of fused q8/q4/q2 kernels this CPU runs (AVX-512, AVX2) against the portable passes,
+"""Every set of fused q8/q4/q2/q1 kernels this CPU runs (AVX-512, AVX2) against the portable passes,
 byte for byte, in subprocesses that pick a set with RINGZIP_QUANT_KERNELS. A machine with
 AVX-512 checks both sets; one with AVX2 only, the AVX2 set. Shapes cover every group remainder
 (the fused kernels work in groups of 32 or 64 elements), tiny buckets, mixed magnitudes, zeros
-and ties, stochastic and nearest rounding, and decode_add_encode (the fused decode + add)."""
+and ties, stochastic and nearest rounding, decode_add_encode (the fused decode + add) and
+encode_feedback (payload and residual)."""
 import os
 import subprocess
 import sys
@@ -18,11 +19,13 @@ for n in [1, 7, 8, 9, 31, 32, 33, 63, 64, 65, 100, 511, 512, 513, 1000, 4097, 20
         x = torch.randn(n, generator=g) * torch.exp(3 * torch.randn(n, generator=g))
         x[: n // 5] = 0.0
         local = torch.randn(n, generator=g)
-        for spec in ["q8", "q4", "q2"]:
+        for spec in ["q8", "q4", "q2", "q1"]:
             for st in [True, False]:
                 p = C.encode(spec, x, 1, 2, 3, 5, bucket, st)
                 q = C.decode_add_encode(spec, p, local, 1, 2, 3, 4, 5, bucket, st)
-                for t in (p, q, C.decode(spec, q, n, 1, 2, 4, 5, bucket)):
+                r = local.clone()
+                f, _ = C.encode_feedback(spec, x, r, 1, 2, 3, 5, bucket, st)
+                for t in (p, q, C.decode(spec, q, n, 1, 2, 4, 5, bucket), f, r):
                     h.update(t.numpy().tobytes())
 print(C.quant_kernels(), h.hexdigest())
 """
