@@ -197,13 +197,20 @@ RZ_CLONES void codes_nearest(const float* x, int64_t L, float inv, int s, uint8_
 }
 
 // q1 bucket sum of |x| in the documented 8-lane order.
-RZ_CLONES float q1_sum(const float* x, int64_t L) {
+// q1 bucket sum of |x| * f in the documented 8-lane order (f = 1: exactly |x|; kQ1Down: the
+// overflow path).
+RZ_CLONES float q1_sum(const float* x, int64_t L, float f) {
   float lane[kSumLanes] = {0, 0, 0, 0, 0, 0, 0, 0};
   int64_t full = L / kSumLanes;
   for (int64_t t = 0; t < full; ++t)
-    for (int l = 0; l < kSumLanes; ++l) lane[l] = rz_add(lane[l], std::fabs(x[t * kSumLanes + l]));
-  for (int64_t j = full * kSumLanes; j < L; ++j) lane[j - full * kSumLanes] = rz_add(lane[j - full * kSumLanes], std::fabs(x[j]));
+    for (int l = 0; l < kSumLanes; ++l) lane[l] = rz_add(lane[l], rz_mul(std::fabs(x[t * kSumLanes + l]), f));
+  for (int64_t j = full * kSumLanes; j < L; ++j)
+    lane[j - full * kSumLanes] = rz_add(lane[j - full * kSumLanes], rz_mul(std::fabs(x[j]), f));
   return q1_combine(lane);
+}
+// q1's scale of a finite bucket (quantize_math.h).
+float q1_scale(const float* x, int64_t L, float plain) {
+  return abs_bits_finite(abs_bits(plain)) ? plain : q1_rescaled(q1_sum(x, L, kQ1Down), (float)L);
 }
 RZ_CLONES void q1_bits(const float* x, int64_t L, uint8_t* c) {
   for (int64_t j = 0; j < L; ++j) c[j] = x[j] >= 0.0f ? 1 : 0;
@@ -333,7 +340,7 @@ void encode_bucket(const QParams& p, const float* x, int64_t L, uint32_t am, uin
                    Scratch& sc, uint8_t* scale_out, uint8_t* code_out, bool unpacked) {
   const FusedQuant* fused = fused_quant();
   if (!unpacked && p.bits == 1 && abs_bits_finite(am) && fused) {
-    const float scale = fused->q1_pack(x, L, code_out);
+    const float scale = q1_scale(x, L, fused->q1_pack(x, L, code_out));
     std::memcpy(scale_out, &scale, 4);
     return;
   }
@@ -351,7 +358,7 @@ void encode_bucket(const QParams& p, const float* x, int64_t L, uint32_t am, uin
     scale = u2f(kQuantNaN);
     std::memset(c, 0, L);
   } else if (p.bits == 1) {
-    scale = rz_div(q1_sum(x, L), (float)L);
+    scale = q1_scale(x, L, rz_div(q1_sum(x, L, 1.0f), (float)L));
     q1_bits(x, L, c);
   } else {
     scale = u2f(am);

@@ -201,33 +201,39 @@ encode_kernel(Src src, int64_t n, int64_t bucket, int64_t nb, int64_t off, RngKe
     if (!finite) {
       scale = u2f(kQuantNaN);
     } else if constexpr (BITS == 1) {
-      float sum = 0.f;
-      if constexpr (Src::kSlowAt) {
-        // The documented order (lane i sums elements i, i + 8, ... serially) from the
-        // register-cached groups, through shared memory.
-        __shared__ float held[kWarpsPerBlock][512];
-        float* h = held[threadIdx.x >> 5];
+      // The bucket's lane sums of |x| * f, combined (f = 1: exactly |x|; kQ1Down: the overflow
+      // path of quantize_math.h's q1_rescaled).
+      auto lane_sums = [&](float f) {
+        float sum = 0.f;
+        if constexpr (Src::kSlowAt) {
+          // The documented order (lane i sums elements i, i + 8, ... serially) from the
+          // register-cached groups, through shared memory.
+          __shared__ float held[kWarpsPerBlock][512];
+          float* h = held[threadIdx.x >> 5];
 #pragma unroll
-        for (int i = 0; i < 8; ++i) {
-          if (ja + i < L) h[ja + i] = fabsf(va[i]);
-          if (jb + i < L) h[jb + i] = fabsf(vb[i]);
-        }
-        __syncwarp();
-        if (lane < kSumLanes) {
-          const int64_t Lh = L < 512 ? L : 512;
+          for (int i = 0; i < 8; ++i) {
+            if (ja + i < L) h[ja + i] = fabsf(va[i]);
+            if (jb + i < L) h[jb + i] = fabsf(vb[i]);
+          }
+          __syncwarp();
+          if (lane < kSumLanes) {
+            const int64_t Lh = L < 512 ? L : 512;
 #pragma unroll 8
-          for (int64_t j = lane; j < Lh; j += kSumLanes) sum = rz_add(sum, h[j]);
-          for (int64_t j = 512 + lane; j < L; j += kSumLanes) sum = rz_add(sum, fabsf(src.at(bs, begin + j)));
-        }
-        __syncwarp();  // h is rewritten by this warp's next bucket
-      } else if (lane < kSumLanes) {
+            for (int64_t j = lane; j < Lh; j += kSumLanes) sum = rz_add(sum, rz_mul(h[j], f));
+            for (int64_t j = 512 + lane; j < L; j += kSumLanes) sum = rz_add(sum, rz_mul(fabsf(src.at(bs, begin + j)), f));
+          }
+          __syncwarp();  // h is rewritten by this warp's next bucket
+        } else if (lane < kSumLanes) {
 #pragma unroll 8
-        for (int64_t j = lane; j < L; j += kSumLanes) sum = rz_add(sum, fabsf(src.at(bs, begin + j)));
-      }
-      float l[kSumLanes];
+          for (int64_t j = lane; j < L; j += kSumLanes) sum = rz_add(sum, rz_mul(fabsf(src.at(bs, begin + j)), f));
+        }
+        float l[kSumLanes];
 #pragma unroll
-      for (int i = 0; i < kSumLanes; ++i) l[i] = __shfl_sync(kFull, sum, i);
-      scale = rz_div(q1_combine(l), (float)L);
+        for (int i = 0; i < kSumLanes; ++i) l[i] = __shfl_sync(kFull, sum, i);
+        return q1_combine(l);
+      };
+      scale = rz_div(lane_sums(1.f), (float)L);
+      if (!abs_bits_finite(abs_bits(scale))) scale = q1_rescaled(lane_sums(kQ1Down), (float)L);  // warp-uniform
     } else {
       scale = u2f(am);
     }

@@ -7,7 +7,8 @@
 //                                                                  u = (byte + 0.5) / 256)
 //                    code = clamp(rne(t), -s, s)                  (nearest)
 //   stored as code + s in b bits; decoded value = fl((float)code * fl(scale / s)).
-// q1: scale = mean|x| = fl(sum / count) with the 8-lane summation order below; bit = (x >= 0);
+// q1: scale = mean|x| = fl(sum / count) with the 8-lane summation order below (q1_rescaled where
+//   that sum overflows); bit = (x >= 0);
 //   decoded value = bit ? scale : -scale.
 // A bucket holding NaN/Inf gets scale = NaN and all-zero codes (code s / bit 0): it decodes to NaN.
 #pragma once
@@ -63,6 +64,15 @@ RZ_HD uint32_t quant_code_nearest(float x, float inv, int s) {
 RZ_HD float quant_value(uint32_t code, float step, int s) { return rz_mul((float)((int32_t)code - s), step); }
 
 RZ_HD float q1_value(uint32_t bit, float scale) { return bit ? scale : -scale; }
+// q1's scale when the lane sum of a finite bucket overflows (fl(sum / count) = +Inf although the
+// mean is at most max|x|): the same lane sums over |x| * 2^-64 (exact but for elements below
+// 2^-62, which cannot matter next to a sum near FLT_MAX), then fl(fl(sum' / count) * 2^64),
+// capped at FLT_MAX. Any other bucket never takes this path, so its scale is unchanged.
+constexpr float kQ1Down = 0x1p-64f, kQ1Up = 0x1p64f;
+RZ_HD float q1_rescaled(float scaled_sum, float count) {
+  const float m = rz_mul(rz_div(scaled_sum, count), kQ1Up);
+  return m < 3.40282347e38f ? m : 3.40282347e38f;
+}
 // Combines the 8 lane sums of a q1 bucket in a fixed tree.
 RZ_HD float q1_combine(const float* l) {
   return rz_add(rz_add(rz_add(l[0], l[1]), rz_add(l[2], l[3])), rz_add(rz_add(l[4], l[5]), rz_add(l[6], l[7])));

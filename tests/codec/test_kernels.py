@@ -360,6 +360,23 @@ def test_tiny_bucket_decodes_to_zero_not_flipped(spec, stochastic):
 
 # --- validation ----------------------------------------------------------------------------------
 
+@pytest.mark.parametrize("big", [1e36, 3.4e38])
+def test_q1_scale_of_a_bucket_whose_sum_overflows(big):
+    """512 values near 10^36 and up sum past FLT_MAX although their mean is finite: the scale comes
+    from the rescaled sums (docs/wire-format.md), equal to the reference's, and the payload decodes
+    to +-mean|x| instead of being rejected as corrupt (as a +Inf scale was)."""
+    x = sample(3 * B + 5, seed=7)
+    x[B:2 * B] = torch.where(torch.arange(B) % 3 == 0, -big, big * 0.75)  # bucket 1 overflows
+    p = C.encode("q1", x, SEED, SEQ, STREAM)
+    assert torch.equal(p, R.encode("q1", x, SEED, SEQ, STREAM))
+    d = C.decode("q1", p, x.numel(), SEED, SEQ, STREAM)
+    mean = x[B:2 * B].abs().double().mean().item()
+    got = d[B:2 * B].abs()
+    assert torch.isfinite(d).all() and torch.all(got == got[0])
+    assert abs(got[0].item() - mean) <= 1e-5 * mean
+    assert bits_equal(d[:B], R.decode("q1", p, x.numel(), SEED, SEQ, STREAM)[:B])
+
+
 @pytest.mark.parametrize("spec", ALL)
 def test_decoders_reject_wrong_length(spec):
     n = 1000

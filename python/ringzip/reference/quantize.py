@@ -47,6 +47,19 @@ def encoded_bytes(bits: int, bucket: int, n: int) -> int:
     return 4 * math.ceil(n / bucket) + math.ceil(n * bits / 8)
 
 
+FLT_MAX = 3.4028234663852886e38
+
+
+def _q1_lane_sum(a: torch.Tensor, nb: int, bucket: int) -> torch.Tensor:
+    """Per bucket: element j adds into lane j % 8 in order, lanes combined in the fixed tree."""
+    a = a.view(nb, bucket // LANES, LANES)
+    lane = torch.zeros(nb, LANES)
+    for t in range(bucket // LANES):
+        lane = lane + a[:, t, :]
+    l = [lane[:, i] for i in range(LANES)]  # noqa: E741
+    return ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]))
+
+
 def encode(bits: int, x: torch.Tensor, bucket: int, stochastic: bool, seed: int, seq: int, stream: int,
            elem_offset: int) -> torch.Tensor:
     x = x.float().reshape(-1)
@@ -58,15 +71,15 @@ def encode(bits: int, x: torch.Tensor, bucket: int, stochastic: bool, seed: int,
     amax = (xp.view(torch.int32) & 0x7FFFFFFF).max(dim=1).values
     nonfinite = amax >= 0x7F800000
     if bits == 1:
-        a = xp.abs().view(nb, bucket // LANES, LANES)
-        lane = torch.zeros(nb, LANES)
-        for t in range(bucket // LANES):
-            lane = lane + a[:, t, :]
-        l = [lane[:, i] for i in range(LANES)]  # noqa: E741
-        total = ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]))
         count = torch.full((nb,), float(bucket))
         count[-1] = float(n - (nb - 1) * bucket)
-        scale = total / count
+        scale = _q1_lane_sum(xp.abs(), nb, bucket) / count
+        # A finite bucket whose sum overflows: the sums of |x| * 2^-64, the mean scaled back up,
+        # capped at FLT_MAX (quantize_math.h's q1_rescaled).
+        over = ~torch.isfinite(scale) & ~nonfinite
+        if bool(over.any()):
+            down = _q1_lane_sum(xp.abs() * _f32(2.0 ** -64), nb, bucket)
+            scale = torch.where(over, torch.clamp((down / count) * _f32(2.0 ** 64), max=FLT_MAX), scale)
         codes = (xp >= 0).to(torch.int32)
     else:
         s = levels(bits)
