@@ -239,18 +239,12 @@ bool topk_feedback(const Spec& sp, float* x, float* r, int64_t n, uint8_t* out) 
   return detail::topk_feedback(sp, x, r, n, out);
 }
 
-bool reduce_encode(const Spec& sp, const uint8_t* const* in, size_t in_bytes, int m, const RngKey* in_keys,
-                   float* acc, int64_t n, int64_t off, const RngKey& key, uint8_t* out, float* r) {
+bool reduce_encode(const Spec& sp, const uint8_t* const* in, size_t in_bytes, int m, float* acc, int64_t n,
+                   int64_t off, const RngKey& key, uint8_t* out, float* r) {
   check_n(n);
+  if (!is_quant(sp.kind)) detail::fail("reduce_encode: not a q-codec (" + name(sp) + ")");
   if (m > 0) check_bytes(sp, in_bytes, n);
-  if (n == 0 && !is_sparse(sp.kind)) return true;
-  if (is_quant(sp.kind)) return detail::quant_reduce_encode(sp, in, m, acc, n, off, key, out, r);
-  for (int j = 0; j < m; ++j) decode_impl(sp, in[j], in_bytes, n, off, in_keys[j], acc, true);  // the steps, unfused
-  encode(sp, InType::F32, acc, n, off, key, out);
-  const size_t bytes = encoded_bytes(sp, n);
-  const bool finite = !r || residual(sp, out, bytes, acc, n, off, key, r);
-  decode_impl(sp, out, bytes, n, off, key, acc, false);
-  return finite;
+  return n == 0 || detail::quant_reduce_encode(sp, in, m, acc, n, off, key, out, r);
 }
 
 void decode_add_encode(const Spec& sp, const uint8_t* in, size_t in_bytes, const float* local,

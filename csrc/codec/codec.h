@@ -36,7 +36,7 @@ struct Spec {
 // Throws std::invalid_argument with a message naming the bad part.
 Spec parse(const std::string& s, int64_t bucket = 512, bool stochastic = true);
 std::string name(const Spec& spec);
-// The fused q8/q4/q2 kernels this process uses: "avx512", "avx2" or "portable" (quantize_fused.h;
+// The fused q8/q4/q2/q1 kernels this process uses: "avx512", "avx2" or "portable" (quantize_fused.h;
 // RINGZIP_QUANT_KERNELS picks one). Throws if that variable names one this CPU cannot run.
 const char* quant_kernels();
 bool biased(const Spec& spec);
@@ -76,13 +76,13 @@ bool topk_feedback(const Spec& spec, float* x, float* r, int64_t n, uint8_t* out
 // CUDA twins are codec::cuda::randomk_to_values/from_values.
 void randomk_to_values(const uint8_t* payload, size_t k, float* vals);
 void randomk_from_values(const float* vals, size_t k, uint8_t* payload);
-// The owner's step of SRA in one trip through memory (q-codecs: bucket by bucket in cache):
-// acc += decode(in[j]) for j = 0 .. m-1 in that order (each payload in_bytes long, decoded with
-// in_keys[j]), out = encode(acc), then r = acc - decode(out) where r is given, and acc =
-// decode(out). Same bytes as those steps. Returns whether r is known free of NaN/Inf (true
-// without r).
-bool reduce_encode(const Spec& spec, const uint8_t* const* in, size_t in_bytes, int m, const RngKey* in_keys,
-                   float* acc, int64_t n, int64_t elem_offset, const RngKey& key, uint8_t* out, float* r);
+// The owner's step of SRA for the q-codecs, bucket by bucket in cache: acc += decode(in[j]) for
+// j = 0 .. m-1 in that order (each payload in_bytes long), out = encode(acc), then r = acc -
+// decode(out) where r is given, and acc = decode(out). Same bytes as those steps (which
+// Compute::reduce_encode runs for the other codecs). Returns whether r is known free of NaN/Inf
+// (true without r). Throws for a codec that is not q8/q4/q2/q1.
+bool reduce_encode(const Spec& spec, const uint8_t* const* in, size_t in_bytes, int m, float* acc, int64_t n,
+                   int64_t elem_offset, const RngKey& key, uint8_t* out, float* r);
 // Fused reduce-scatter hop: out = encode(decode(in) + local).
 void decode_add_encode(const Spec& spec, const uint8_t* in, size_t in_bytes, const float* local,
                        int64_t n, int64_t elem_offset, const RngKey& dec_key,

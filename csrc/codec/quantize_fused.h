@@ -1,5 +1,5 @@
-// Fused bucket kernels of the q8/q4/q2 codecs: quantize_avx512.cc (AVX-512 F/BW/VL/VBMI) and
-// quantize_avx2.cc (AVX2 + FMA). quantize_cpu.cc uses the widest set the CPU runs and falls back
+// Fused bucket kernels of the q8/q4/q2/q1 codecs: quantize_avx512.cc (AVX-512 F/BW/VL/VBMI) and
+// quantize_avx2.cc (AVX2 + FMA; its q1 kernel serves both sets). quantize_cpu.cc uses the widest set the CPU runs and falls back
 // to its portable passes otherwise; all produce the same bytes (docs/wire-format.md), the
 // portable passes being the readable statement of the arithmetic.
 #pragma once
@@ -22,7 +22,7 @@ struct FusedQuant {
                      uint32_t* amax);
   // q1 of a finite bucket: the bits (x >= 0) packed LSB-first into ceil(L / 8) bytes of out,
   // unused high bits 0; returns the scale fl(q1 lane sum / L) (quantize_math.h's order).
-  float (*q1_pack)(const float* x, int64_t L, uint8_t* out) = nullptr;
+  float (*q1_pack)(const float* x, int64_t L, uint8_t* out);
 };
 
 // The AVX2 q1 kernel, which the AVX-512 set shares (quantize_avx2.cc).

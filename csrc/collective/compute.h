@@ -38,7 +38,8 @@ class Compute {
                                  uint8_t* out) = 0;
   // The owner's step of SRA (codec::reduce_encode): acc += decode(in[j]) for j = 0 .. m-1 in
   // order (keys dk[j]), out = encode(acc) (key ek), r = acc - decode(out) where r is given,
-  // acc = decode(out). Returns whether r is known free of NaN/Inf. These steps unless fused.
+  // acc = decode(out). Returns whether r is known free of NaN/Inf. These steps, unless fused
+  // (the host's q-codecs: codec::reduce_encode).
   virtual bool reduce_encode(const codec::Spec& s, const uint8_t* const* in, size_t bytes, int m,
                              const codec::RngKey* dk, float* acc, int64_t n, int64_t off, const codec::RngKey& ek,
                              uint8_t* out, float* r) {

@@ -103,7 +103,10 @@ class HostCompute final : public Compute {
   }
   bool reduce_encode(const codec::Spec& s, const uint8_t* const* in, size_t bytes, int m, const codec::RngKey* dk,
                      float* acc, int64_t n, int64_t off, const codec::RngKey& ek, uint8_t* out, float* r) override {
-    return codec::reduce_encode(s, in, bytes, m, dk, acc, n, off, ek, out, r);
+    const bool quant = s.kind == codec::Kind::Q8 || s.kind == codec::Kind::Q4 || s.kind == codec::Kind::Q2 ||
+                       s.kind == codec::Kind::Q1;  // fused; the casts take the steps
+    return quant ? codec::reduce_encode(s, in, bytes, m, acc, n, off, ek, out, r)
+                 : Compute::reduce_encode(s, in, bytes, m, dk, acc, n, off, ek, out, r);
   }
   void decode_accumulate(const codec::Spec& s, const uint8_t* in, size_t bytes, int64_t n, int64_t off,
                          const codec::RngKey& k, float* acc) override {

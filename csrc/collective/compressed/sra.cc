@@ -53,6 +53,8 @@ bool sra(Comm& c, float* data, size_t count, const CompressedCall& call, bool ga
     finite = finite && seg_finite;
   };
   const char* send_what = "compressed all-reduce send to";
+  std::vector<const uint8_t*> in;  // B: the peers' segments of this rank's part, and their keys
+  std::vector<codec::RngKey> keys;
 
   size_t iterations = 0;
   for (int i = 0; i < n; ++i) iterations = std::max(iterations, g.count(i));
@@ -85,8 +87,8 @@ bool sra(Comm& c, float* data, size_t count, const CompressedCall& call, bool ga
     if (it >= 1 && it - 1 < g.count(r)) {  // B
       const size_t t = it - 1, e = g.elem[r][t];
       if (gather) {  // every peer's segment, then add, encode and decode in one trip through memory
-        std::vector<const uint8_t*> in;
-        std::vector<codec::RngKey> keys;
+        in.clear();
+        keys.clear();
         for (int j = 0; j < n; ++j) {
           if (j == r) continue;
           st.wait(next++);
