@@ -16,7 +16,7 @@ namespace {
 // and the same whatever the choice.
 Tuner::Shape shape_of(const Comm& c, size_t bytes, bool reduce_scatter, const NodeLayout* nodes) {
   if (!nodes) return {bytes, c.size(), reduce_scatter};
-  return {bytes / static_cast<size_t>(nodes->ranks_per_node()), nodes->nodes(), reduce_scatter};
+  return {bytes / static_cast<size_t>(nodes->ranks_per_node()), nodes->nodes(), reduce_scatter, false};
 }
 
 }  // namespace

@@ -22,17 +22,23 @@ constexpr uint32_t kProbeStep = 0xFFC0, kGatherStep = 0xFFE8, kResultStep = 0xFF
 // a lasting change (a slower link) shows after three calls.
 constexpr size_t kWindow = 3;
 constexpr size_t kProbeBytes = 1 << 20;
-// A refresh costs about one small star all-reduce: after at least kMinCalls calls, refresh once
-// the calls since the last one were predicted to take kCostRatio times that (so it costs ~2 %),
-// and at the latest after kMaxCalls calls (a change of the link shows within 20 calls).
+// A refresh costs what the last one took (agreed; at least a small star all-reduce's price):
+// after at least kMinCalls calls, refresh once the calls since the last one were predicted to
+// take kCostRatio times that (so it costs ~1 %), and at the latest after kMaxCalls calls (a
+// change of the link shows within 20 calls). The model's star price alone was 7x below what a
+// refresh took with 3 ranks on 2 cores (27 vs ~190 us), which refreshed every 4th 4 MiB call.
 constexpr uint64_t kMinCalls = 4, kMaxCalls = 16;
-constexpr double kCostRatio = 50;
-constexpr uint64_t kExpire = 8;   // refreshes a measurement stays valid without a new sample
-// A way's calibration price is the second least of its last five times (the least while it has
-// fewer than three), not the least: with more ranks than cores the ranks' own scheduling spreads
-// every way's times (4 ranks on 2 cores: the least of three was 1.4-2.2x below the median for
-// some ways, 1.1x for others), and the least then favours the way that spreads most. One lucky
-// sample is ignored; the load of other work, which only ever adds, still is.
+constexpr double kCostRatio = 100;
+// Calls a measurement stays valid without a new sample. Counted in calls, not refreshes: each
+// exploration brings a refresh, so an expiry in refreshes re-explored every plausible way every
+// ~16 calls at 64 KiB (6 % of the calls each ran a slower way).
+constexpr uint64_t kExpireCalls = 128;
+// A way's calibration price is the median of its last five times. Not an optimistic order
+// statistic (the least, the second least): those fall with the number of samples, so a way
+// tried once or twice was compared with the running way's second least of five on unequal
+// terms, and among ~10 ways the least of their frozen prices beat the running way's at almost
+// every refresh. The median estimates the same figure from any count; a burst of other work
+// moves it only when it hits most of the five calls.
 constexpr size_t kTimes = 5;
 
 void push(std::deque<double>& w, double x) {
@@ -49,7 +55,7 @@ double way_price(const std::deque<double>& w) {
   if (w.empty()) return 0;
   std::vector<double> s(w.begin(), w.end());
   std::sort(s.begin(), s.end());
-  return s[s.size() >= 3 ? 1 : 0];
+  return s[(s.size() - 1) / 2];
 }
 
 // One ring step (send to the right, receive from the left) of `bytes`; this rank's seconds.
@@ -106,12 +112,25 @@ void Tuner::probe(Comm& c) {
 }
 
 void Tuner::agree(Comm& c, const std::vector<CodecCandidate>* candidates) {
+  const auto t0 = Clock::now();
   std::vector<std::string> names;
   const auto inj = injected();
+  bool told_times;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    told_times = !injected_times_.empty();
+  }
+  // Injected link figures alone: the model decides; with injected times too, they calibrate it.
+  const bool model_only = inj && !told_times;
   std::vector<double> v = {inj ? inj->first : least(alpha_, link_.alpha), inj ? inj->second : least(inv_bw_, link_.inv_bw),
-                           host_reduce_speed(), least(codec_scale_, 1.0), inj ? 1.0 : 0.0,
-                           inj ? 0.0 : least(inv_host_, link_.inv_host)};
-  constexpr size_t kFixed = 6;
+                           host_reduce_speed(), least(codec_scale_, 1.0), model_only ? 1.0 : 0.0,
+                           inj ? 0.0 : least(inv_host_, link_.inv_host), agree_seconds_};
+  constexpr size_t kFixed = 7;
+  for (const auto& [key, old] : remeasure_) {  // every rank switched at the same call
+    std::deque<double>& w = seconds_[key];
+    if (w.size() > old) w.erase(w.begin(), w.begin() + static_cast<std::ptrdiff_t>(old));
+  }
+  remeasure_.clear();
   for (size_t i = 0; candidates && i < candidates->size(); ++i) {
     const CodecCandidate& cand = (*candidates)[i];
     if (cand.spec.kind == codec::Kind::None) continue;
@@ -120,7 +139,7 @@ void Tuner::agree(Comm& c, const std::vector<CodecCandidate>* candidates) {
     v.insert(v.end(), {s.encode, s.decode, s.feedback});
   }
   // Every rank ran the same calls, so every rank holds the same calibration keys, in map order.
-  for (const auto& [key, w] : seconds_) v.push_back(way_price(w));
+  for (const auto& [key, w] : seconds_) v.insert(v.end(), {way_price(w), static_cast<double>(w.size())});
   const int n = c.size();
   if (n > 1) {  // star: rank 0 averages in rank order and sends its bits to all
     const size_t bytes = v.size() * sizeof(double);
@@ -150,6 +169,7 @@ void Tuner::agree(Comm& c, const std::vector<CodecCandidate>* candidates) {
   ++refreshes_;
   link_ = cost::Link{v[0], v[1], v[2], v[5]};
   codec_scale_agreed_ = v[3];
+  refresh_seconds_ = v[6];
   calibrate_ = v[4] == 0;  // a rank with injected figures: the model alone decides
   size_t at = kFixed;
   for (const std::string& name : names) {
@@ -159,11 +179,12 @@ void Tuner::agree(Comm& c, const std::vector<CodecCandidate>* candidates) {
   for (const auto& [key, w] : seconds_) {
     Measured& m = measured_[key];
     m.seconds = v[at++];
+    m.samples = static_cast<size_t>(v[at++]);  // the ranks' mean count, floored: agreed bits
     m.bytes = sample_bytes_[key];
-    if (dirty_.count(key)) m.stamp = refreshes_;
+    if (dirty_.count(key)) m.stamp = calls_;
   }
   for (auto it = measured_.begin(); it != measured_.end();) {  // stale: measure again when plausible
-    if (refreshes_ - it->second.stamp <= kExpire) {
+    if (calls_ - it->second.stamp <= kExpireCalls) {
       ++it;
       continue;
     }
@@ -175,6 +196,7 @@ void Tuner::agree(Comm& c, const std::vector<CodecCandidate>* candidates) {
   pending_.clear();
   since_ = 0;
   predicted_since_ = 0;
+  agree_seconds_ = since(t0);
 }
 
 void Tuner::maybe_refresh(Comm& c, const std::vector<CodecCandidate>* candidates) {
@@ -186,7 +208,7 @@ void Tuner::maybe_refresh(Comm& c, const std::vector<CodecCandidate>* candidates
     probed_ = true;
     return agree(c, candidates);
   }
-  const double cost = cost::dense_allreduce(AllreduceAlgo::Star, 64, c.size(), link_).total;
+  const double cost = std::max(refresh_seconds_, cost::dense_allreduce(AllreduceAlgo::Star, 64, c.size(), link_).total);
   // A way just tried for the first time at its size is agreed at once: its measurement decides.
   if (missing || since_ >= kMaxCalls || (!pending_.empty() && since_ >= 1) ||
       (since_ >= kMinCalls && predicted_since_ >= kCostRatio * cost))
@@ -194,8 +216,25 @@ void Tuner::maybe_refresh(Comm& c, const std::vector<CodecCandidate>* candidates
 }
 
 void Tuner::observe(const Plan& p, double seconds, double codec_seconds) {
+  if (p.est.total <= 0) return;
+  bool told = false;  // an injected time calibrates its way and teaches nothing else
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = injected_times_.find(p.way);
+    if (it != injected_times_.end()) seconds = it->second, told = true;
+  }
+  if (p.key.empty()) return;
+  if (warmed_.insert(p.key).second && !told) return;  // its first call: one-time costs, untimed
+  if (!told) learn(p, seconds, codec_seconds);
+  std::deque<double>& w = seconds_[p.key];
+  w.push_back(seconds);
+  if (w.size() > kTimes) w.pop_front();
+  sample_bytes_[p.key] = p.bytes;
+  dirty_.insert(p.key);
+}
+
+void Tuner::learn(const Plan& p, double seconds, double codec_seconds) {
   const cost::Estimate& e = p.est;
-  if (e.total <= 0) return;
   // Codec time of small calls is mostly fixed costs (timers, wake-ups): 16x the kernels' own at
   // 64 KiB, which priced every codec out of the larger calls. Only calls with real codec work teach.
   constexpr double kCodecSample = 1e-3;
@@ -206,7 +245,13 @@ void Tuner::observe(const Plan& p, double seconds, double codec_seconds) {
   // the model thought wire-light still shows (the least of three filters the noise, which only
   // ever adds time).
   // Small calls (under 256 KiB through the link) say more about latency than about bytes.
-  const bool wire_shows = e.wire_bytes >= (256 << 10) && seconds - codec_seconds - e.latency >= 0.25 * seconds;
+  // Except where the host's copies bound the call (shared memory) and the model gives them little
+  // of it: there the rest of a compressed call is ranks waiting for cores and for each other,
+  // not bytes (q4 calls over shared memory taught a host rate 3-4x too slow, which priced exact
+  // at 64 MiB 4x its time); such a link does not change rate under a codec either.
+  const bool host_light = e.host_bound && e.wire < 0.25 * e.total;
+  const bool wire_shows = e.wire_bytes >= (256 << 10) && !host_light &&
+                          seconds - codec_seconds - e.latency >= 0.25 * seconds;
   if (p.teaches_link && e.wire_bytes > 0 && wire_shows) {
     double W = R - keep * C;              // wire-bound: the codec's unhidden part adds to the wire
     if (W < C) W = keep > 0.05 ? (R - C) / keep : 0;  // codec-bound: the wire's unhidden part adds
@@ -219,17 +264,16 @@ void Tuner::observe(const Plan& p, double seconds, double codec_seconds) {
     const double W = e.wire, rest = std::max(W, C) + keep * std::min(W, C);
     push(alpha_, (seconds - rest) / e.messages);
   }
-  if (p.key.empty()) return;
-  std::deque<double>& w = seconds_[p.key];
-  w.push_back(seconds);
-  if (w.size() > kTimes) w.pop_front();
-  sample_bytes_[p.key] = p.bytes;
-  dirty_.insert(p.key);
 }
 
 void Tuner::inject(std::optional<std::pair<double, double>> link) {
   std::lock_guard<std::mutex> lock(mu_);
   injected_ = link;
+}
+
+void Tuner::inject_times(std::map<std::string, double> seconds) {
+  std::lock_guard<std::mutex> lock(mu_);
+  injected_times_ = std::move(seconds);
 }
 
 std::optional<std::pair<double, double>> Tuner::injected() const {
@@ -246,6 +290,8 @@ Tuner::Summary Tuner::summary() const {
   s.codec_scale = codec_scale_agreed_;
   s.codecs = codecs_;
   s.explorations = explorations_;
+  s.tours = tours_;
+  s.refresh_seconds = refresh_seconds_;
   return s;
 }
 

@@ -14,11 +14,15 @@
 // size, n, options): the same on every rank.
 //
 // Calibration. The model prices every way to run a call; where a way ran recently at about this
-// size (same factor-4 size class), the agreed second least of its last five measured times, scaled
+// size (same factor-4 size class), the agreed median of its last five measured times, scaled
 // within the class by the model, replaces the model's price; a way without one is priced from its
-// family's measured way or the class's measured excess over the model (price_unmeasured). Such
-// a way priced within 1.25x of the best is tried once (exploration), and measurements expire
-// after 8 refreshes without a new sample, so a way that got faster is found again.
+// family's measured way or the class's measured excess over the model (price_unmeasured). A
+// way priced within 1.25x of the best is tried (exploration) until its price rests on three
+// times; one priced within 3x, of a codec in contention, is tried once per size class (the
+// tour: the model's blind spots, such as the tree over shared memory, are found by a try each).
+// A way's first call at a size class is not timed (one-time costs), so a try is two calls.
+// Measurements expire after 128 calls without a new sample, so a way that got faster is found
+// again; whether a way is tried depends on agreed values and earlier choices only, as above.
 #include <chrono>
 #include <deque>
 #include <functional>
@@ -51,6 +55,7 @@ class Tuner {
     double predicted = 0;                       // what the choice used (calibrated where measured)
     double codec_raw = 0;  // codec seconds predicted from the micro-benchmarks alone
     std::string key;       // calibration key: size class and way
+    std::string way;       // the way's name (key without the size class)
     size_t bytes = 0;
     // Whether the call's time may refine alpha and the link rates: every way but the tree's
     // pipeline and top-k's selection, whose models are too rough (their mistakes would land in
@@ -63,6 +68,9 @@ class Tuner {
     size_t bytes = 0;
     int n = 1;
     bool reduce_scatter = false;
+    // Whether the call's time comes back through observe(): node-aware calls are not measured,
+    // so they choose from the model and the agreed figures alone (nothing to explore or warm).
+    bool observed = true;
   };
 
   // algorithm="auto" for an exact all-reduce (probes or refreshes first when due).
@@ -79,15 +87,21 @@ class Tuner {
   // s/byte) from now on, and while any rank has one, choices use the model alone (no measured
   // times); nullopt: measured again.
   void inject(std::optional<std::pair<double, double>> link);
+  // Test hook ("fake clock" for the calibration): a call run a way named here (a dense
+  // algorithm, or "<codec>/<algorithm>" under codec="auto") is recorded as taking these
+  // seconds, whatever its size, instead of its measured time; with inject() too, the model's
+  // prices come from the injected link and the calibration from these times. Empty: measured.
+  void inject_times(std::map<std::string, double> seconds);
   // For stats()["auto"]: choices, agreed parameters, the last call's predictions.
   struct Summary {
-    uint64_t calls = 0, refreshes = 0, explorations = 0;
-    std::map<std::string, uint64_t> codec_choices, algorithm_choices;
+    uint64_t calls = 0, refreshes = 0, explorations = 0, tours = 0;
+    double refresh_seconds = 0;  // agreed: what the last refresh took
+    std::map<std::string, uint64_t> codec_choices, algorithm_choices, way_choices;
     cost::Link link;
     double codec_scale = 1;
     std::map<std::string, cost::CodecSpeed> codecs;
     size_t last_bytes = 0;
-    std::string last_choice;
+    std::string last_choice, last_way;  // the codec (or dense algorithm), and with its algorithm
     std::map<std::string, double> last_predicted, last_model;  // seconds per candidate: used / model alone
   };
   Summary summary() const;
@@ -106,6 +120,8 @@ class Tuner {
   size_t choose(const Shape& s, const Ways& w, std::vector<double>& used, std::string& key);
   void maybe_refresh(Comm& c, const std::vector<CodecCandidate>* candidates);
   void probe(Comm& c);
+  // observe()'s refinement of this rank's link and codec figures from a measured call.
+  void learn(const Plan& p, double seconds, double codec_seconds);
   void agree(Comm& c, const std::vector<CodecCandidate>* candidates);
   cost::CodecSpeed scaled(const std::string& name) const;
   std::optional<std::pair<double, double>> injected() const;
@@ -114,23 +130,37 @@ class Tuner {
 
   mutable std::mutex mu_;  // stats() reads from other threads; calls come one at a time
   bool probed_ = false, calibrate_ = true;
-  uint64_t calls_ = 0, refreshes_ = 0, since_ = 0, explorations_ = 0;
+  uint64_t calls_ = 0, refreshes_ = 0, since_ = 0, explorations_ = 0, tours_ = 0;
   double predicted_since_ = 0;
-  // Local (this rank's) samples, the last few of each: their least (link figures) or second least
+  double agree_seconds_ = 0;  // this rank's time of the last agreement (offered at the next)
+  // Local (this rank's) samples, the last few of each: their least (link figures) or median
   // (a way's times, way_price) is what this rank offers.
   std::deque<double> alpha_, inv_bw_, inv_host_, codec_scale_;
   std::map<std::string, std::deque<double>> seconds_;  // per calibration key
   std::map<std::string, size_t> sample_bytes_;          // the size of a key's last sample
   std::set<std::string> dirty_, pending_;               // keys sampled / explored since the last refresh
+  std::set<std::string> toured_;                        // keys the tour (or an exploration) ran once
+  // A switch to another measured way re-measures it: its samples from before the switch are
+  // dropped at the next refresh (once a new one came). Key -> how many to drop.
+  std::map<std::string, size_t> remeasure_;
+  std::map<std::string, std::string> incumbent_;        // size class prefix -> the way chosen last
+  // A way's first call at a size class pays one-time costs (scratch buffers, page faults: 1.4-2x
+  // a later call's time), so it is not timed: it warms the way, and the next call of the class
+  // runs the way again (rerun_), timed.
+  std::set<std::string> warmed_;
+  std::string rerun_;
+  std::map<std::string, double> injected_times_;        // guarded by mu_ (set from Python)
   std::optional<std::pair<double, double>> injected_;   // guarded by mu_ (set from Python)
   // Agreed: the same on every rank.
   struct Measured {
     double seconds = 0;
+    size_t samples = 0;  // behind `seconds`
     size_t bytes = 0;
-    uint64_t stamp = 0;  // the refresh that last saw a new sample
+    uint64_t stamp = 0;  // the call count at the refresh that last saw a new sample
   };
   cost::Link link_;
   double codec_scale_agreed_ = 1;
+  double refresh_seconds_ = 0;  // agreed: the ranks' mean time of the previous agreement
   std::map<std::string, cost::CodecSpeed> codecs_;
   std::map<std::string, Measured> measured_;
   Summary last_;

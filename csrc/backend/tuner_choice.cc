@@ -22,6 +22,17 @@ namespace {
 // flip between ways whose times lie within the machine's noise: auto / best fixed median 1.063
 // against 1.021 (bench/results/auto_grid.md, 2026-12-01). Exploring is not free in short runs.
 constexpr double kExplore = 1.25;
+// The tour: a way priced within this factor of the best, never run at this size class, is run
+// once (one way per call, once the best is measured) if its family (its codec) is in contention. The model prices the tree's pipeline over
+// shared memory at ~2x the ring where it ran 0.7-0.8x (bench/results/auto_grid.md): one call
+// each finds such blind spots, and a way that loses is then priced from its own time and
+// forgotten after kExpireCalls. Beyond 3x the model is trusted (exact at 64 MiB over 1 Gbit/s,
+// 4.6x q4, is never run to learn that it loses).
+constexpr double kTour = 3.0;
+// A plausible way is run until its price rests on this many timed calls: on 3-4 ranks sharing
+// 2 cores one call of a way lies anywhere in 0.7-1.5x its median (a single cold-free sample of
+// SRA at 4 MiB priced it 1.35x the compressed ring, which then ran 1.15x slower for 128 calls).
+constexpr size_t kSamples = 3;
 
 // The tree's pipeline is the one dense way whose model is too rough to teach the link figures
 // (its time only calibrates itself); the star's root is priced through the host's share.
@@ -71,9 +82,10 @@ void Tuner::price_unmeasured(const Ways& w, const std::vector<bool>& fresh, std:
 size_t Tuner::choose(const Shape& s, const Ways& w, std::vector<double>& used, std::string& key) {
   const std::string prefix =
       std::to_string(s.n) + (s.reduce_scatter ? "rs" : "ar") + std::to_string(size_class(s.bytes)) + ":";
-  const bool calibrated = calibrate_ && s.n > 1;
+  const bool calibrated = calibrate_ && s.n > 1 && s.observed;
   used.assign(w.names.size(), 0);
   std::vector<bool> fresh(w.names.size(), false);
+  std::vector<size_t> samples(w.names.size(), 0);
   for (size_t i = 0; i < w.names.size(); ++i) {
     used[i] = w.est[i].total;
     auto it = calibrated ? measured_.find(prefix + w.names[i]) : measured_.end();
@@ -81,20 +93,69 @@ size_t Tuner::choose(const Shape& s, const Ways& w, std::vector<double>& used, s
     const double at = w.model_at(i, it->second.bytes);
     used[i] = it->second.seconds * (at > 0 ? w.est[i].total / at : 1.0);
     fresh[i] = true;
+    samples[i] = it->second.samples;
   }
   if (calibrated) price_unmeasured(w, fresh, used);
   size_t best = cost::pick(used);
-  if (calibrated && fresh[best]) {
+  bool tried = false;             // chosen to be measured, not by its price
+  size_t again = w.names.size();  // the way whose untimed first call ran last at this class
+  if (calibrated && rerun_.rfind(prefix, 0) == 0)
+    again = std::find(w.names.begin(), w.names.end(), rerun_.substr(prefix.size())) - w.names.begin();
+  if (again < w.names.size()) {
+    best = again;
+    rerun_.clear();
+    pending_.insert(prefix + w.names[best]);  // agree its first timed sample at once
+    tried = true;
+  } else if (calibrated && fresh[best]) {
+    // First the plausible ways (until they have kSamples times: one is noise), then the tour's.
+    auto untried = [&](size_t i, double factor) {
+      return !fresh[i] && !pending_.count(prefix + w.names[i]) && used[i] <= factor * used[best];
+    };
+    size_t next = w.names.size();
+    // A way with fewer times is given more room: one time lies anywhere in 0.7-1.5x its median.
+    auto short_of_samples = [&](size_t i) {
+      const double room = kExplore * (1 + 0.3 * static_cast<double>(kSamples - samples[i]));
+      return fresh[i] && samples[i] < kSamples && !pending_.count(prefix + w.names[i]) && used[i] <= room * used[best];
+    };
+    for (size_t i = 0; i < w.names.size() && next == w.names.size(); ++i)
+      if (i != best && (untried(i, kExplore) || short_of_samples(i))) next = i;
+    // The tour visits the other ways of the families in contention (a candidate whose best way
+    // is within kExplore): the algorithms of a codec that may win, not every codec's.
+    std::map<int, double> family_best;
     for (size_t i = 0; i < w.names.size(); ++i) {
-      if (fresh[i] || pending_.count(prefix + w.names[i]) || used[i] > kExplore * used[best]) continue;
-      best = i;
+      auto it = family_best.find(w.family[i]);
+      if (it == family_best.end() || used[i] < it->second) family_best[w.family[i]] = used[i];
+    }
+    const bool tour = next == w.names.size();
+    for (size_t i = 0; tour && i < w.names.size() && next == w.names.size(); ++i)
+      if (untried(i, kTour) && !toured_.count(prefix + w.names[i]) && family_best[w.family[i]] <= kExplore * used[best])
+        next = i;
+    if (next < w.names.size()) {
+      best = next;
+      tried = true;
       std::lock_guard<std::mutex> lock(mu_);
-      ++explorations_;
-      break;
+      ++(tour ? tours_ : explorations_);
     }
   }
   key = prefix + w.names[best];
-  if (calibrated && !fresh[best]) pending_.insert(key);  // agree its first sample at once
+  if (calibrated && !fresh[best] && again == w.names.size()) {
+    toured_.insert(key);
+    if (!warmed_.count(key))
+      rerun_ = key;  // this call warms it; the next of the class is timed
+    else
+      pending_.insert(key);  // agree its first sample at once
+  }
+  // A switch to a way measured earlier: its price may rest on old lucky samples (of the ~10
+  // ways of codec="auto" at 64 KiB, the least of their frozen prices beat the running way's
+  // fresh one at almost every refresh). So the switch re-measures: at the next refresh its
+  // price is what it took since the switch. (Not sooner: a refresh costs about a 64 KiB call.)
+  std::string& last = incumbent_[prefix];
+  if (calibrated && fresh[best] && !tried && !last.empty() && last != w.names[best]) {
+    remeasure_[key] = seconds_[key].size();
+  } else if (tried && fresh[best]) {
+    pending_.insert(key);  // a plausible way's further sample: agreed at once
+  }
+  last = w.names[best];
   return best;
 }
 
@@ -111,6 +172,7 @@ Tuner::Plan Tuner::dense(Comm& c, const Shape& s) {
   Plan p;
   std::vector<double> used;
   const size_t i = choose(s, w, used, p.key);
+  p.way = w.names[i];
   p.dense = algos[i];
   p.teaches_link = plain_dense(p.dense);
   p.est = w.est[i];
@@ -150,6 +212,7 @@ Tuner::Plan Tuner::codec(Comm& c, const Shape& s, const std::vector<CodecCandida
   Plan p;
   std::vector<double> used;
   const size_t i = choose(s, w, used, p.key);
+  p.way = w.names[i];
   p.codec = opts[i].candidate;
   p.algo = opts[i].algo;
   p.dense = opts[i].dense;
@@ -181,8 +244,10 @@ void Tuner::chose(const Plan& p, const std::string& choice, bool dense, std::map
   std::lock_guard<std::mutex> lock(mu_);
   ++calls_;
   ++(dense ? last_.algorithm_choices : last_.codec_choices)[choice];
+  ++last_.way_choices[p.way];
   last_.last_bytes = p.bytes;
   last_.last_choice = choice;
+  last_.last_way = p.way;
   last_.last_predicted = std::move(used);
   last_.last_model = std::move(model);
 }

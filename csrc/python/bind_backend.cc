@@ -43,8 +43,11 @@ py::dict auto_state(const Tuner::Summary& s) {
   d["calls"] = s.calls;
   d["refreshes"] = s.refreshes;
   d["explorations"] = s.explorations;
+  d["tours"] = s.tours;
+  d["refresh_s"] = s.refresh_seconds;
   d["codec_choices"] = s.codec_choices;
   d["algorithm_choices"] = s.algorithm_choices;
+  d["way_choices"] = s.way_choices;  // the codec or dense algorithm with the algorithm it ran
   params["alpha_s"] = s.link.alpha;
   params["link_gbit"] = s.link.inv_bw > 0 ? 8e-9 / s.link.inv_bw : 0.0;
   params["host_gbit"] = s.link.inv_host > 0 ? 8e-9 / s.link.inv_host : 0.0;  // per rank, the host's copies
@@ -61,6 +64,7 @@ py::dict auto_state(const Tuner::Summary& s) {
   d["params"] = params;
   last["bytes"] = s.last_bytes;
   last["choice"] = s.last_choice;
+  last["way"] = s.last_way;
   last["predicted_s"] = s.last_predicted;  // what the choice used: measured where it could
   last["model_s"] = s.last_model;          // the model alone
   d["last"] = last;
@@ -211,6 +215,10 @@ void bind_backend(py::module_& m) {
       .def("_tuner_inject",
            [](RingzipBackend& b, std::optional<std::pair<double, double>> link) { b.tuner().inject(link); },
            py::arg("link"))
+      // Test hook: a call run one of these ways is recorded as taking these seconds; {}: measured.
+      .def("_tuner_inject_times",
+           [](RingzipBackend& b, std::map<std::string, double> seconds) { b.tuner().inject_times(std::move(seconds)); },
+           py::arg("seconds"))
       .def("residual_bytes", [](RingzipBackend& b) { return b.compression_state().residual_bytes(); })
       // (calls, [(last_use, bound, residual), ...] by last use): Compression::State
       .def("error_feedback_state",

@@ -48,10 +48,13 @@ def stats(group=None, reset: bool = False) -> dict:
     ``residual_bytes``, under ``topology`` the group's node layout (nodes, ranks_per_node,
     node_of, whether all-reduce and reduce-scatter run node-aware and if not why, the transport),
     and under ``auto``, once algorithm="auto" or codec="auto" has chosen anything, the cost
-    model's side: calls, refreshes of the agreed parameters, codec_choices and
-    algorithm_choices (counts per codec / dense algorithm chosen), params (the agreed alpha_s,
-    link_gbit, reduce and codec speeds, codec_scale) and last (the last call's bytes, choice and
-    the predicted seconds of every candidate). Under codec="auto" each call is counted under the
+    model's side: calls, refreshes of the agreed parameters (refresh_s: what the last one
+    took), explorations and tours (calls that ran a way not measured at its size, to measure
+    it), codec_choices and algorithm_choices (counts per codec / dense algorithm chosen),
+    way_choices (counts per way: ``q4/sra``, ``none/tree``, or a dense algorithm), params
+    (the agreed alpha_s, link_gbit, reduce and codec speeds, codec_scale) and last (the last
+    call's bytes, choice, way -- the choice with its algorithm, e.g. ``q4/sra`` -- and the
+    predicted seconds of every candidate). Under codec="auto" each call is counted under the
     codec that ran (``none`` for the exact ones)."""
     b = backend_of(group)
     out = {}
