@@ -247,8 +247,9 @@ void Tuner::learn(const Plan& p, double seconds, double codec_seconds) {
   // Small calls (under 256 KiB through the link) say more about latency than about bytes.
   // Except where the host's copies bound the call (shared memory) and the model gives them little
   // of it: there the rest of a compressed call is ranks waiting for cores and for each other,
-  // not bytes (q4 calls over shared memory taught a host rate 3-4x too slow, which priced exact
-  // at 64 MiB 4x its time); such a link does not change rate under a codec either.
+  // not bytes; such a link does not change rate under a codec either. (It does not stop the
+  // link rate of codec="auto" over shared memory from running away once a star call taught a
+  // slower link: docs/algorithms.md, "Known and not fixed".)
   const bool host_light = e.host_bound && e.wire < 0.25 * e.total;
   const bool wire_shows = e.wire_bytes >= (256 << 10) && !host_light &&
                           seconds - codec_seconds - e.latency >= 0.25 * seconds;

@@ -27,7 +27,7 @@ from .common import (cpu_model, default_results_dir, fmt_bytes, header_lines, lo
 from .plan import configs
 
 DEFAULTS = dict(sizes="64K,1M,4M,16M,64M", links="loopback,10gbit,3gbit,1gbit", nproc="3,4", repeat=3,
-                codecs="none,bf16,q8,q4,auto", dense="ring,rd,star,hd,tree", time_budget=0.5, iters=15, warmup=10)
+                codecs="none,bf16,q8,q4,auto", dense="ring,rd,star,hd,tree", time_budget=0.5, iters=15, warmup=20)
 
 
 def add_arguments(p) -> None:

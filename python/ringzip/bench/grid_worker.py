@@ -56,6 +56,7 @@ def _auto(ringzip, group, before):
     delta = lambda key: {k: v - (before or {}).get(key, {}).get(k, 0) for k, v in a[key].items()
                          if v - (before or {}).get(key, {}).get(k, 0) > 0}
     return {"auto_codecs": delta("codec_choices"), "auto_algorithms": delta("algorithm_choices"),
+            "auto_ways": delta("way_choices"),
             "predicted_us": {k: v * 1e6 for k, v in a["last"]["predicted_s"].items()},
             "model_us": {k: v * 1e6 for k, v in a["last"]["model_s"].items()}, "model_params": a["params"],
             "auto_explorations": a["explorations"] - (before or {}).get("explorations", 0)}
