@@ -23,11 +23,11 @@ namespace {
 // against 1.021 (bench/results/auto_grid.md, 2026-12-01). Exploring is not free in short runs.
 constexpr double kExplore = 1.25;
 // The tour: a way priced within this factor of the best, never run at this size class, is run
-// once (one way per call, once the best is measured) if its family (its codec) is in contention. The model prices the tree's pipeline over
-// shared memory at ~2x the ring where it ran 0.7-0.8x (bench/results/auto_grid.md): one call
-// each finds such blind spots, and a way that loses is then priced from its own time and
-// forgotten after kExpireCalls. Beyond 3x the model is trusted (exact at 64 MiB over 1 Gbit/s,
-// 4.6x q4, is never run to learn that it loses).
+// once (one way per call, once the best is measured) if its family (its codec) is in contention.
+// The model prices the tree's pipeline over shared memory at ~2x the ring where it ran 0.7-1.0x
+// (bench/results/auto_grid.md): a try each finds such blind spots, and a way that loses is then
+// priced from its own time and forgotten after kExpireCalls. Beyond 3x the model is trusted
+// (exact at 64 MiB over 1 Gbit/s, 4.6x q4, is never run to learn that it loses).
 constexpr double kTour = 3.0;
 // A plausible way is run until its price rests on this many timed calls: on 3-4 ranks sharing
 // 2 cores one call of a way lies anywhere in 0.7-1.5x its median (a single cold-free sample of
