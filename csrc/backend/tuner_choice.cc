@@ -97,39 +97,37 @@ size_t Tuner::choose(const Shape& s, const Ways& w, std::vector<double>& used, s
   }
   if (calibrated) price_unmeasured(w, fresh, used);
   size_t best = cost::pick(used);
-  bool tried = false;             // chosen to be measured, not by its price
-  size_t again = w.names.size();  // the way whose untimed first call ran last at this class
-  if (calibrated && rerun_.rfind(prefix, 0) == 0)
-    again = std::find(w.names.begin(), w.names.end(), rerun_.substr(prefix.size())) - w.names.begin();
-  if (again < w.names.size()) {
-    best = again;
+  bool tried = false;  // chosen to be measured, not by its price
+  if (calibrated && rerun_.rfind(prefix, 0) == 0) {  // the way whose untimed first call ran last here
+    const size_t again = std::find(w.names.begin(), w.names.end(), rerun_.substr(prefix.size())) - w.names.begin();
     rerun_.clear();
-    pending_.insert(prefix + w.names[best]);  // agree its first timed sample at once
-    tried = true;
-  } else if (calibrated && fresh[best]) {
-    // First the plausible ways (until they have kSamples times: one is noise), then the tour's.
-    auto untried = [&](size_t i, double factor) {
-      return !fresh[i] && !pending_.count(prefix + w.names[i]) && used[i] <= factor * used[best];
+    if (again < w.names.size()) best = again, tried = true;
+  }
+  if (calibrated && !tried && fresh[best]) {
+    // A way wants a sample while it has fewer than kSamples and is priced within its room: 1.25x
+    // for an unmeasured way, more for one with one or two times (one time lies anywhere in
+    // 0.7-1.5x its median).
+    auto wants = [&](size_t i, double room) {
+      return i != best && samples[i] < kSamples && !pending_.count(prefix + w.names[i]) && used[i] <= room * used[best];
     };
+    auto room = [&](size_t i) { return samples[i] == 0 ? kExplore : kExplore * (1 + 0.3 * (kSamples - samples[i])); };
     size_t next = w.names.size();
-    // A way with fewer times is given more room: one time lies anywhere in 0.7-1.5x its median.
-    auto short_of_samples = [&](size_t i) {
-      const double room = kExplore * (1 + 0.3 * static_cast<double>(kSamples - samples[i]));
-      return fresh[i] && samples[i] < kSamples && !pending_.count(prefix + w.names[i]) && used[i] <= room * used[best];
-    };
     for (size_t i = 0; i < w.names.size() && next == w.names.size(); ++i)
-      if (i != best && (untried(i, kExplore) || short_of_samples(i))) next = i;
-    // The tour visits the other ways of the families in contention (a candidate whose best way
-    // is within kExplore): the algorithms of a codec that may win, not every codec's.
-    std::map<int, double> family_best;
-    for (size_t i = 0; i < w.names.size(); ++i) {
-      auto it = family_best.find(w.family[i]);
-      if (it == family_best.end() || used[i] < it->second) family_best[w.family[i]] = used[i];
-    }
+      if (wants(i, room(i))) next = i;
     const bool tour = next == w.names.size();
-    for (size_t i = 0; tour && i < w.names.size() && next == w.names.size(); ++i)
-      if (untried(i, kTour) && !toured_.count(prefix + w.names[i]) && family_best[w.family[i]] <= kExplore * used[best])
-        next = i;
+    if (tour) {
+      // The tour visits the other ways of the families in contention (a candidate whose best way
+      // is within kExplore): the algorithms of a codec that may win, not every codec's.
+      std::map<int, double> family_best;
+      for (size_t i = 0; i < w.names.size(); ++i) {
+        auto it = family_best.find(w.family[i]);
+        if (it == family_best.end() || used[i] < it->second) family_best[w.family[i]] = used[i];
+      }
+      for (size_t i = 0; i < w.names.size() && next == w.names.size(); ++i)
+        if (!fresh[i] && wants(i, kTour) && !toured_.count(prefix + w.names[i]) &&
+            family_best[w.family[i]] <= kExplore * used[best])
+          next = i;
+    }
     if (next < w.names.size()) {
       best = next;
       tried = true;
@@ -138,22 +136,20 @@ size_t Tuner::choose(const Shape& s, const Ways& w, std::vector<double>& used, s
     }
   }
   key = prefix + w.names[best];
-  if (calibrated && !fresh[best] && again == w.names.size()) {
-    toured_.insert(key);
-    if (!warmed_.count(key))
-      rerun_ = key;  // this call warms it; the next of the class is timed
-    else
-      pending_.insert(key);  // agree its first sample at once
-  }
-  // A switch to a way measured earlier: its price may rest on old lucky samples (of the ~10
-  // ways of codec="auto" at 64 KiB, the least of their frozen prices beat the running way's
-  // fresh one at almost every refresh). So the switch re-measures: at the next refresh its
-  // price is what it took since the switch. (Not sooner: a refresh costs about a 64 KiB call.)
   std::string& last = incumbent_[prefix];
-  if (calibrated && fresh[best] && !tried && !last.empty() && last != w.names[best]) {
-    remeasure_[key] = seconds_[key].size();
-  } else if (tried && fresh[best]) {
-    pending_.insert(key);  // a plausible way's further sample: agreed at once
+  if (calibrated) {
+    if (!fresh[best]) toured_.insert(key);
+    if (!warmed_.count(key)) {
+      rerun_ = key;  // this call warms it, untimed; the next of the class runs it again, timed
+    } else if (tried || !fresh[best]) {
+      pending_.insert(key);  // agree its sample at once: it decides
+    } else if (!last.empty() && last != w.names[best]) {
+      // A switch by price to a way measured earlier: its price may rest on old lucky samples
+      // (of the ~10 ways of codec="auto" at 64 KiB, the least of their frozen prices beat the
+      // running way's at almost every refresh). So it is re-measured: at the next refresh its
+      // price is what it took since the switch (not sooner: a refresh costs about a 64 KiB call).
+      remeasure_[key] = seconds_[key].size();
+    }
   }
   last = w.names[best];
   return best;
