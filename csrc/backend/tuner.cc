@@ -29,6 +29,10 @@ constexpr size_t kProbeBytes = 1 << 20;
 // refresh took with 3 ranks on 2 cores (27 vs ~190 us), which refreshed every 4th 4 MiB call.
 constexpr uint64_t kMinCalls = 4, kMaxCalls = 16;
 constexpr double kCostRatio = 100;
+// After a switch by price, the refresh that re-measures the new way comes once it ran
+// kSamples times if those calls were predicted to take this many times a refresh (so it costs
+// at most ~10 % of them; not at 64 KiB over shared memory, where a refresh costs a call).
+constexpr double kSwitchCostRatio = 10;
 // Calls a measurement stays valid without a new sample. Counted in calls, not refreshes: each
 // exploration brings a refresh, so an expiry in refreshes re-explored every plausible way every
 // ~16 calls at 64 KiB (6 % of the calls each ran a slower way).
@@ -131,6 +135,7 @@ void Tuner::agree(Comm& c, const std::vector<CodecCandidate>* candidates) {
     if (w.size() > old) w.erase(w.begin(), w.begin() + static_cast<std::ptrdiff_t>(old));
   }
   remeasure_.clear();
+  switched_ = false;
   for (size_t i = 0; candidates && i < candidates->size(); ++i) {
     const CodecCandidate& cand = (*candidates)[i];
     if (cand.spec.kind == codec::Kind::None) continue;
@@ -139,9 +144,10 @@ void Tuner::agree(Comm& c, const std::vector<CodecCandidate>* candidates) {
     v.insert(v.end(), {s.encode, s.decode, s.feedback});
   }
   // Every rank ran the same calls, so every rank holds the same calibration keys, in map order.
+  const size_t first_price = v.size();
   for (const auto& [key, w] : seconds_) v.insert(v.end(), {way_price(w), static_cast<double>(w.size())});
   const int n = c.size();
-  if (n > 1) {  // star: rank 0 averages in rank order and sends its bits to all
+  if (n > 1) {  // star: rank 0 combines in rank order and sends its bits to all
     const size_t bytes = v.size() * sizeof(double);
     if (c.rank() == 0) {
       std::vector<std::vector<double>> all(n, std::vector<double>(v.size()));
@@ -151,9 +157,14 @@ void Tuner::agree(Comm& c, const std::vector<CodecCandidate>* candidates) {
       }
       all[0] = v;
       for (size_t i = 0; i < v.size(); ++i) {
-        double sum = 0;
-        for (int j = 0; j < n; ++j) sum += all[j][i];
-        v[i] = sum / n;
+        // A way's price is its slowest rank's: a call is over when every rank is done. The
+        // ranks' mean priced the star and the tree (whose ranks finish far apart) at 0.2-0.4x
+        // the call (256 KiB, 1 Gbit/s, 4 ranks: star priced 1.7 ms, its calls took ~8 ms), so
+        // after the link slowed they kept running. The other figures are the ranks' mean.
+        const bool price = i >= first_price && (i - first_price) % 2 == 0;
+        double sum = 0, most = 0;
+        for (int j = 0; j < n; ++j) sum += all[j][i], most = std::max(most, all[j][i]);
+        v[i] = price ? most : sum / n;
       }
       std::vector<std::unique_ptr<Request>> sends;
       for (int j = 1; j < n; ++j) sends.push_back(c.post_send(v.data(), bytes, j, c.tag(kResultStep)));
@@ -211,7 +222,8 @@ void Tuner::maybe_refresh(Comm& c, const std::vector<CodecCandidate>* candidates
   const double cost = std::max(refresh_seconds_, cost::dense_allreduce(AllreduceAlgo::Star, 64, c.size(), link_).total);
   // A way just tried for the first time at its size is agreed at once: its measurement decides.
   if (missing || since_ >= kMaxCalls || (!pending_.empty() && since_ >= 1) ||
-      (since_ >= kMinCalls && predicted_since_ >= kCostRatio * cost))
+      (since_ >= kMinCalls && predicted_since_ >= kCostRatio * cost) ||
+      (switched_ && since_ >= kSamples && predicted_since_ >= kSwitchCostRatio * cost))
     agree(c, candidates);
 }
 

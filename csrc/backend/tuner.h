@@ -5,7 +5,8 @@
 //
 // Why the ranks cannot diverge. Every rank measures on its own -- a probe at the first call
 // that asks, then the time of its real calls -- but decides only from *agreed* values: rank 0
-// gathers every rank's estimates, averages them in rank order and sends that vector back, so
+// gathers every rank's estimates, combines them in rank order (the mean; a way's price: the
+// slowest rank's) and sends that vector back, so
 // all ranks hold the same bits. The exchange runs inside the call that asks, on the group's
 // worker, which runs the group's calls one at a time in the same order on every rank; whether a
 // call refreshes depends only on agreed values, on the calls' sizes (which the mismatch check
@@ -14,7 +15,8 @@
 // size, n, options): the same on every rank.
 //
 // Calibration. The model prices every way to run a call; where a way ran recently at about this
-// size (same factor-4 size class), the agreed median of its last five measured times, scaled
+// size (same factor-4 size class), the median of its last five measured times on its slowest
+// rank (agreed), scaled
 // within the class by the model, replaces the model's price; a way without one is priced from its
 // family's measured way or the class's measured excess over the model (price_unmeasured). A
 // way priced within 1.25x of the best is tried (exploration) until its price rests on three
@@ -128,6 +130,11 @@ class Tuner {
   void chose(const Plan& p, const std::string& choice, bool dense, std::map<std::string, double> used,
              std::map<std::string, double> model);
 
+  // A plausible way is run until its price rests on this many timed calls: on 3-4 ranks sharing
+  // 2 cores one call of a way lies anywhere in 0.7-1.5x its median (a single cold-free sample of
+  // SRA at 4 MiB priced it 1.35x the compressed ring, which then ran 1.15x slower for 128 calls).
+  static constexpr size_t kSamples = 3;
+
   mutable std::mutex mu_;  // stats() reads from other threads; calls come one at a time
   bool probed_ = false, calibrate_ = true;
   uint64_t calls_ = 0, refreshes_ = 0, since_ = 0, explorations_ = 0, tours_ = 0;
@@ -143,6 +150,7 @@ class Tuner {
   // A switch to another measured way re-measures it: its samples from before the switch are
   // dropped at the next refresh (once a new one came). Key -> how many to drop.
   std::map<std::string, size_t> remeasure_;
+  bool switched_ = false;  // a switch by price since the last refresh (agreed: choices are)
   std::map<std::string, std::string> incumbent_;        // size class prefix -> the way chosen last
   // A way's first call at a size class pays one-time costs (scratch buffers, page faults: 1.4-2x
   // a later call's time), so it is not timed: it warms the way, and the next call of the class

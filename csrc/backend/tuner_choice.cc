@@ -29,10 +29,10 @@ constexpr double kExplore = 1.25;
 // priced from its own time and forgotten after kExpireCalls. Beyond 3x the model is trusted
 // (exact at 64 MiB over 1 Gbit/s, 4.6x q4, is never run to learn that it loses).
 constexpr double kTour = 3.0;
-// A plausible way is run until its price rests on this many timed calls: on 3-4 ranks sharing
-// 2 cores one call of a way lies anywhere in 0.7-1.5x its median (a single cold-free sample of
-// SRA at 4 MiB priced it 1.35x the compressed ring, which then ran 1.15x slower for 128 calls).
-constexpr size_t kSamples = 3;
+// The running way stays unless another is priced this much below it: two ways of about one
+// speed otherwise trade places with the noise of their medians (4-5 % on this project's shared
+// 2-core machines), and every switch costs a re-measurement and a refresh.
+constexpr double kKeep = 1.05;
 
 // The tree's pipeline is the one dense way whose model is too rough to teach the link figures
 // (its time only calibrates itself); the star's root is priced through the host's share.
@@ -97,6 +97,11 @@ size_t Tuner::choose(const Shape& s, const Ways& w, std::vector<double>& used, s
   }
   if (calibrated) price_unmeasured(w, fresh, used);
   size_t best = cost::pick(used);
+  std::string& last = incumbent_[prefix];
+  if (calibrated && !last.empty()) {
+    const size_t inc = std::find(w.names.begin(), w.names.end(), last) - w.names.begin();
+    if (inc < w.names.size() && fresh[inc] && used[inc] <= kKeep * used[best]) best = inc;
+  }
   bool tried = false;  // chosen to be measured, not by its price
   if (calibrated && rerun_.rfind(prefix, 0) == 0) {  // the way whose untimed first call ran last here
     const size_t again = std::find(w.names.begin(), w.names.end(), rerun_.substr(prefix.size())) - w.names.begin();
@@ -136,7 +141,6 @@ size_t Tuner::choose(const Shape& s, const Ways& w, std::vector<double>& used, s
     }
   }
   key = prefix + w.names[best];
-  std::string& last = incumbent_[prefix];
   if (calibrated) {
     if (!fresh[best]) toured_.insert(key);
     if (!warmed_.count(key)) {
@@ -147,11 +151,16 @@ size_t Tuner::choose(const Shape& s, const Ways& w, std::vector<double>& used, s
       // A switch by price to a way measured earlier: its price may rest on old lucky samples
       // (of the ~10 ways of codec="auto" at 64 KiB, the least of their frozen prices beat the
       // running way's at almost every refresh). So it is re-measured: at the next refresh its
-      // price is what it took since the switch (not sooner: a refresh costs about a 64 KiB call).
+      // price is what it took since the switch, and that refresh comes once it has kSamples
+      // times (where that costs little: maybe_refresh), not up to kMaxCalls later: after a link
+      // slowed from 10 to 1 Gbit/s (256 KiB, 4 ranks), the switch to exact, priced 2.5 ms from
+      // before the change, ran 16 calls of 5-7 ms before the refresh that corrected it.
       remeasure_[key] = seconds_[key].size();
+      switched_ = true;
     }
   }
-  last = w.names[best];
+  // A try is no switch: the call after it returns to the running way without re-measuring it.
+  if (!tried) last = w.names[best];
   return best;
 }
 

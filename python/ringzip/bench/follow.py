@@ -114,8 +114,10 @@ def rank_main(spec_path: str) -> int:
         auto = ringzip.stats(g)["auto"]
         if events:
             events.write(json.dumps({"event": "call", "i": i, "us": t * 1e6, "choice": auto["last"]["choice"],
-                                     "link_gbit": auto["params"]["link_gbit"],
-                                     "host_gbit": auto["params"]["host_gbit"]}) + "\n")
+                                     "way": auto["last"]["way"], "link_gbit": auto["params"]["link_gbit"],
+                                     "host_gbit": auto["params"]["host_gbit"],
+                                     "predicted_us": {k: v * 1e6 for k, v in auto["last"]["predicted_s"].items()},
+                                     "refreshes": auto["refreshes"]}) + "\n")
             events.flush()
     dist.barrier()
     dist.destroy_process_group()
