@@ -2,8 +2,8 @@
 bad settings, every rank choosing the same although each measured (here: was told) a different
 link, the choice following a change of the link within 20 calls, error feedback across a flip
 from q4 to exact (nothing lost), auto:topk, reduce-scatter, stats per codec that ran, the
-dense algorithm choice, the tour that finds a way the model prices too high and a way priced by
-its slowest rank (docs/algorithms.md, "Choosing: the cost model"). Link measurements are
+dense algorithm choice, the tour that finds a way the model prices too high, a way priced by its
+slowest rank and exact measured where the model prices it out of exploration (docs/algorithms.md, "Choosing: the cost model"). Link measurements are
 injected (backend._tuner_inject), so the choices do not depend on this machine's load."""
 from __future__ import annotations
 
@@ -205,6 +205,32 @@ def auto_checks(ctx):
         _same_everywhere((ways, auto["tours"]), "the ways and tours")
         assert "tree" in ways and auto["tours"] >= 1, (ways, auto)  # it was tried
         assert set(ways[-10:]) == {"ring"}, ways
+
+    m = dist.new_group(pg_options=ringzip.Options(codec="auto", min_numel=0))
+    e = dist.new_group(pg_options=ringzip.Options(codec="auto", min_numel=0))
+    with chk.case("exact_is_measured_at_every_size"):
+        # A size where the model (1 Gbit/s) prices exact 1.4-2.6x the best codec: beyond
+        # exploration's 1.25x, within the tour's 3x. The injected clock says exact takes a fifth
+        # of every codec's time; exact is the baseline auto must not lose to, so it is run.
+        backend_of(m)._tuner_inject(SLOW)  # the model alone: its prices decide
+        count = None
+        for c in (1 << k for k in range(10, 21)):
+            dist.all_reduce(torch.zeros(c), group=m)
+            model = ringzip.stats(m)["auto"]["last"]["model_s"]
+            if 1.4 < model["none"] / min(v for k, v in model.items() if k != "none") < 2.6:
+                count = c
+                break
+        assert count is not None, "no size where the model prices exact 1.4-2.6x the best codec"
+        backend_of(e)._tuner_inject(SLOW)
+        told = {f"{c}/{a}": 0.005 for c in ("bf16", "fp16", "q8", "q4") for a in ("ring", "sra")}
+        told.update({f"none/{a}": 0.001 for a in ("ring", "rd", "star", "hd", "tree", "direct")})
+        backend_of(e)._tuner_inject_times(told)
+        seen = []
+        for k in range(24):
+            dist.all_reduce(torch.randn(count, generator=torch.Generator().manual_seed(k + rank)), group=e)
+            seen.append(ringzip.stats(e)["auto"]["last"]["choice"])
+        _same_everywhere((count, seen), "the size and the choices")
+        assert seen[0] != "none" and set(seen[-5:]) == {"none"}, (count, seen)
     dist.destroy_process_group()
     return chk.result()
 
@@ -212,4 +238,4 @@ def auto_checks(ctx):
 def test_auto_in_process_groups():
     res = mp.run(auto_checks, 3, timeout=240)
     mp.raise_on_failures(mp.merge(res), "codec/algorithm auto")
-    assert len(set().union(*(r["passed"] for r in res))) == 11, [sorted(r["passed"]) for r in res]
+    assert len(set().union(*(r["passed"] for r in res))) == 12, [sorted(r["passed"]) for r in res]
