@@ -21,7 +21,8 @@
 // family's measured way or the class's measured excess over the model (price_unmeasured). A
 // way priced within 1.25x of the best is tried (exploration) until its price rests on three
 // times; one priced within 3x, of a codec in contention, is tried once per size class (the
-// tour: the model's blind spots, such as the tree over shared memory, are found by a try each).
+// tour: the model's blind spots, such as the tree over shared memory, are found by a try each);
+// exact, the baseline, is tried first wherever it is priced within 3x.
 // A way's first call at a size class is not timed (one-time costs), so a try is two calls.
 // Measurements expire after 128 calls without a new sample, so a way that got faster is found
 // again; whether a way is tried depends on agreed values and earlier choices only, as above.
