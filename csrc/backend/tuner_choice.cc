@@ -127,7 +127,8 @@ size_t Tuner::choose(const Shape& s, const Ways& w, std::vector<double>& used, s
       exact_measured = exact_measured || fresh[i];
       if (exact == w.names.size() || used[i] < used[exact]) exact = i;
     }
-    bool tour = !exact_measured && exact < w.names.size() && wants(exact, kTour) && !toured_.count(prefix + w.names[exact]);
+    // Not once per size class like the tour: again whenever its measurement expired.
+    bool tour = !exact_measured && exact < w.names.size() && wants(exact, kTour);
     if (tour) next = exact;
     for (size_t i = 0; i < w.names.size() && next == w.names.size(); ++i)
       if (wants(i, room(i))) next = i;

@@ -231,6 +231,13 @@ def auto_checks(ctx):
             seen.append(ringzip.stats(e)["auto"]["last"]["choice"])
         _same_everywhere((count, seen), "the size and the choices")
         assert seen[0] != "none" and set(seen[-5:]) == {"none"}, (count, seen)
+        # Exact slows down, the codecs win; then exact is fast again while it does not run: its
+        # measurement expires (128 calls) and exact is run again, not priced from the codecs.
+        backend_of(e)._tuner_inject_times({**told, **{f"none/{a}": 0.05 for a in ("ring", "rd", "star", "hd", "tree", "direct")}})
+        k_away, _ = _until(e, {"bf16", "fp16", "q8", "q4"}, 40, count, rank)
+        backend_of(e)._tuner_inject_times(told)
+        k_back, _ = _until(e, {"none"}, 200, count, rank)
+        _same_everywhere((k_away, k_back), "when the choice left exact and came back")
     dist.destroy_process_group()
     return chk.result()
 
