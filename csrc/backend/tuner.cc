@@ -37,6 +37,18 @@ constexpr double kSwitchCostRatio = 10;
 // exploration brings a refresh, so an expiry in refreshes re-explored every plausible way every
 // ~16 calls at 64 KiB (6 % of the calls each ran a slower way).
 constexpr uint64_t kExpireCalls = 128;
+// A lasting change: the running way's agreed price (a median of five on its slowest rank, so a
+// burst of other work must hit three of its calls) moved by this factor between two refreshes.
+// Then the link or the host changed under every way of that size class, and the other ways'
+// prices, measured before, are stale: kept, after 10 -> 1 Gbit/s (256 KiB, 4 ranks) the star's
+// price from 10 Gbit/s (2.3 ms) beat the tree's new one and ran 16 calls of 7-15 ms. Expired
+// instead, they were priced from the model times the running way's new excess, which put q4 at
+// 3x its time and kept exact for 13 calls. So each moves by what the change added per byte
+// through the link (the running way's added seconds over its bytes, times the way's own bytes:
+// q4, with an eighth of exact's bytes, gains an eighth of its slowdown), never further than the
+// running way moved, and wants new samples; and every candidate is run once (tuner_choice.cc).
+// 1.5 detected the change as well in 10 -> 1 Gbit/s runs and saw as many false ones (noise).
+constexpr double kChange = 2.0;
 // A way's calibration price is the median of its last five times. Not an optimistic order
 // statistic (the least, the second least): those fall with the number of samples, so a way
 // tried once or twice was compared with the running way's second least of five on unequal
@@ -187,13 +199,16 @@ void Tuner::agree(Comm& c, const std::vector<CodecCandidate>* candidates) {
     codecs_[name] = {v[at], v[at + 1], v[at + 2]};
     at += 3;
   }
+  const std::map<std::string, double> running = running_prices();
   for (const auto& [key, w] : seconds_) {
     Measured& m = measured_[key];
     m.seconds = v[at++];
     m.samples = static_cast<size_t>(v[at++]);  // the ranks' mean count, floored: agreed bits
     m.bytes = sample_bytes_[key];
+    m.wire = sample_wire_[key];
     if (dirty_.count(key)) m.stamp = calls_;
   }
+  follow_changes(running);
   for (auto it = measured_.begin(); it != measured_.end();) {  // stale: measure again when plausible
     if (calls_ - it->second.stamp <= kExpireCalls) {
       ++it;
@@ -201,6 +216,7 @@ void Tuner::agree(Comm& c, const std::vector<CodecCandidate>* candidates) {
     }
     seconds_.erase(it->first);
     sample_bytes_.erase(it->first);
+    sample_wire_.erase(it->first);
     it = measured_.erase(it);
   }
   dirty_.clear();
@@ -208,6 +224,43 @@ void Tuner::agree(Comm& c, const std::vector<CodecCandidate>* candidates) {
   since_ = 0;
   predicted_since_ = 0;
   agree_seconds_ = since(t0);
+}
+
+std::map<std::string, double> Tuner::running_prices() const {
+  std::map<std::string, double> out;
+  for (const auto& [prefix, way] : incumbent_) {
+    auto it = measured_.find(prefix + way);
+    // Only a price that rested on the way's own samples: one moved by a change is a guess, and
+    // its correction is no second change (counted as one, q4's price grew twice for one change).
+    if (it != measured_.end() && dirty_.count(it->first) && it->second.samples > 0) out[it->first] = it->second.seconds;
+  }
+  return out;
+}
+
+void Tuner::follow_changes(const std::map<std::string, double>& before) {
+  struct Change {
+    double per_byte, factor;  // the running way's added seconds per link byte, and its new / old price
+  };
+  std::map<std::string, Change> changed;  // by size class (key prefix)
+  for (const auto& [key, old] : before) {
+    const Measured& m = measured_[key];
+    if (old > 0 && m.wire > 0 && (m.seconds >= kChange * old || m.seconds * kChange <= old))
+      changed[key.substr(0, key.find(':') + 1)] = {(m.seconds - old) / m.wire, m.seconds / old};
+  }
+  changes_ += changed.size();
+  for (const auto& [prefix, c] : changed) changed_classes_.insert(prefix);
+  for (auto& [key, m] : measured_) {
+    auto it = changed.find(key.substr(0, key.find(':') + 1));
+    if (it == changed.end() || before.count(key)) continue;
+    // No further than the running way moved: what it gained may be the host's, not the link's
+    // (a burst of other work), and exact, with 8x q4's bytes, priced 13x its time for 128 calls.
+    const Change& c = it->second;
+    m.seconds = std::clamp(m.seconds + c.per_byte * m.wire, m.seconds * std::min(1.0, c.factor),
+                           m.seconds * std::max(1.0, c.factor));
+    m.samples = 0;        // measured again where plausible (exploration)
+    m.stamp = calls_;     // priced from the change until then, not expired
+    seconds_.erase(key);  // its next samples replace the price
+  }
 }
 
 void Tuner::maybe_refresh(Comm& c, const std::vector<CodecCandidate>* candidates) {
@@ -242,6 +295,7 @@ void Tuner::observe(const Plan& p, double seconds, double codec_seconds) {
   w.push_back(seconds);
   if (w.size() > kTimes) w.pop_front();
   sample_bytes_[p.key] = p.bytes;
+  sample_wire_[p.key] = p.est.wire_bytes;
   dirty_.insert(p.key);
 }
 
@@ -304,6 +358,7 @@ Tuner::Summary Tuner::summary() const {
   s.codecs = codecs_;
   s.explorations = explorations_;
   s.tours = tours_;
+  s.changes = changes_;
   s.refresh_seconds = refresh_seconds_;
   return s;
 }

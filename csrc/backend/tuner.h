@@ -25,7 +25,9 @@
 // exact, the baseline, is tried first wherever it is priced within 3x.
 // A way's first call at a size class is not timed (one-time costs), so a try is two calls.
 // Measurements expire after 128 calls without a new sample, so a way that got faster is found
-// again; whether a way is tried depends on agreed values and earlier choices only, as above.
+// again. Where the running way's price jumps 2x between two refreshes (a lasting change of the
+// link or the host), its size class's other prices move by what the change added per link byte
+// and every candidate is run once again (tuner.cc, kChange); whether a way is tried depends on agreed values and earlier choices only, as above.
 #include <chrono>
 #include <deque>
 #include <functional>
@@ -59,6 +61,7 @@ class Tuner {
     double codec_raw = 0;  // codec seconds predicted from the micro-benchmarks alone
     std::string key;       // calibration key: size class and way
     std::string way;       // the way's name (key without the size class)
+    bool tried = false;    // run to be measured (exploration, tour, or a warmed way's timed rerun), not for its price
     size_t bytes = 0;
     // Whether the call's time may refine alpha and the link rates: every way but the tree's
     // pipeline and top-k's selection, whose models are too rough (their mistakes would land in
@@ -98,6 +101,7 @@ class Tuner {
   // For stats()["auto"]: choices, agreed parameters, the last call's predictions.
   struct Summary {
     uint64_t calls = 0, refreshes = 0, explorations = 0, tours = 0;
+    uint64_t changes = 0;  // lasting changes seen (the running way's price jumped: tuner.cc kChange)
     double refresh_seconds = 0;  // agreed: what the last refresh took
     std::map<std::string, uint64_t> codec_choices, algorithm_choices, way_choices;
     cost::Link link;
@@ -105,6 +109,7 @@ class Tuner {
     std::map<std::string, cost::CodecSpeed> codecs;
     size_t last_bytes = 0;
     std::string last_choice, last_way;  // the codec (or dense algorithm), and with its algorithm
+    bool last_tried = false;            // the last call ran its way to measure it (Plan::tried)
     std::map<std::string, double> last_predicted, last_model;  // seconds per candidate: used / model alone
   };
   Summary summary() const;
@@ -120,12 +125,16 @@ class Tuner {
   };
   // Prices the ways without a measurement from those with one (tuner_choice.cc).
   static void price_unmeasured(const Ways& w, const std::vector<bool>& fresh, std::vector<double>& used);
-  size_t choose(const Shape& s, const Ways& w, std::vector<double>& used, std::string& key);
+  size_t choose(const Shape& s, const Ways& w, std::vector<double>& used, std::string& key, bool& tried);
   void maybe_refresh(Comm& c, const std::vector<CodecCandidate>* candidates);
   void probe(Comm& c);
   // observe()'s refinement of this rank's link and codec figures from a measured call.
   void learn(const Plan& p, double seconds, double codec_seconds);
   void agree(Comm& c, const std::vector<CodecCandidate>* candidates);
+  // agree()'s steps for a lasting change (tuner.cc, kChange): the running ways' prices before
+  // the new ones, and what a jump of one does to its size class's other prices.
+  std::map<std::string, double> running_prices() const;
+  void follow_changes(const std::map<std::string, double>& before);
   cost::CodecSpeed scaled(const std::string& name) const;
   std::optional<std::pair<double, double>> injected() const;
   void chose(const Plan& p, const std::string& choice, bool dense, std::map<std::string, double> used,
@@ -138,7 +147,7 @@ class Tuner {
 
   mutable std::mutex mu_;  // stats() reads from other threads; calls come one at a time
   bool probed_ = false, calibrate_ = true;
-  uint64_t calls_ = 0, refreshes_ = 0, since_ = 0, explorations_ = 0, tours_ = 0;
+  uint64_t calls_ = 0, refreshes_ = 0, since_ = 0, explorations_ = 0, tours_ = 0, changes_ = 0;
   double predicted_since_ = 0;
   double agree_seconds_ = 0;  // this rank's time of the last agreement (offered at the next)
   // Local (this rank's) samples, the last few of each: their least (link figures) or median
@@ -146,6 +155,7 @@ class Tuner {
   std::deque<double> alpha_, inv_bw_, inv_host_, codec_scale_;
   std::map<std::string, std::deque<double>> seconds_;  // per calibration key
   std::map<std::string, size_t> sample_bytes_;          // the size of a key's last sample
+  std::map<std::string, double> sample_wire_;           // and the model's bytes through the busiest link
   std::set<std::string> dirty_, pending_;               // keys sampled / explored since the last refresh
   std::set<std::string> toured_;                        // keys the tour (or an exploration) ran once
   // A switch to another measured way re-measures it: its samples from before the switch are
@@ -153,6 +163,7 @@ class Tuner {
   std::map<std::string, size_t> remeasure_;
   bool switched_ = false;  // a switch by price since the last refresh (agreed: choices are)
   std::map<std::string, std::string> incumbent_;        // size class prefix -> the way chosen last
+  std::set<std::string> changed_classes_;                 // size classes after a change: every candidate runs once
   // A way's first call at a size class pays one-time costs (scratch buffers, page faults: 1.4-2x
   // a later call's time), so it is not timed: it warms the way, and the next call of the class
   // runs the way again (rerun_), timed.
@@ -166,6 +177,7 @@ class Tuner {
     size_t samples = 0;  // behind `seconds`
     size_t bytes = 0;
     uint64_t stamp = 0;  // the call count at the refresh that last saw a new sample
+    double wire = 0;     // the model's bytes through the busiest rank's link, at `bytes`
   };
   cost::Link link_;
   double codec_scale_agreed_ = 1;

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include <map>
+#include <set>
 
 #include "backend/tuner.h"
 
@@ -79,7 +80,7 @@ void Tuner::price_unmeasured(const Ways& w, const std::vector<bool>& fresh, std:
   }
 }
 
-size_t Tuner::choose(const Shape& s, const Ways& w, std::vector<double>& used, std::string& key) {
+size_t Tuner::choose(const Shape& s, const Ways& w, std::vector<double>& used, std::string& key, bool& tried) {
   const std::string prefix =
       std::to_string(s.n) + (s.reduce_scatter ? "rs" : "ar") + std::to_string(size_class(s.bytes)) + ":";
   const bool calibrated = calibrate_ && s.n > 1 && s.observed;
@@ -102,7 +103,7 @@ size_t Tuner::choose(const Shape& s, const Ways& w, std::vector<double>& used, s
     const size_t inc = std::find(w.names.begin(), w.names.end(), last) - w.names.begin();
     if (inc < w.names.size() && fresh[inc] && used[inc] <= kKeep * used[best]) best = inc;
   }
-  bool tried = false;  // chosen to be measured, not by its price
+  tried = false;  // chosen to be measured, not by its price
   if (calibrated && rerun_.rfind(prefix, 0) == 0) {  // the way whose untimed first call ran last here
     const size_t again = std::find(w.names.begin(), w.names.end(), rerun_.substr(prefix.size())) - w.names.begin();
     rerun_.clear();
@@ -116,34 +117,39 @@ size_t Tuner::choose(const Shape& s, const Ways& w, std::vector<double>& used, s
       return i != best && samples[i] < kSamples && !pending_.count(prefix + w.names[i]) && used[i] <= room * used[best];
     };
     auto room = [&](size_t i) { return samples[i] == 0 ? kExplore : kExplore * (1 + 0.3 * (kSamples - samples[i])); };
-    // Exact (family 0), the baseline auto must not lose to, is run first at every size class
-    // where the model puts it within kTour: priced unmeasured from the compressed ways' excess
-    // over their model (2.4x at 64 KiB over 1 Gbit/s, 3 ranks), it lay beyond kExplore, no
-    // other rule tried it, and q4 ran twice exact's time for 40 calls.
-    size_t next = w.names.size(), exact = w.names.size();
-    bool exact_measured = false;
+    // A candidate (a family: exact, or one codec) without a measured way is run first, at its
+    // best way where the model puts it within kTour: exact, the baseline auto must not lose to,
+    // at every size class (priced unmeasured from the compressed ways' excess over their model,
+    // 2.4x at 64 KiB over 1 Gbit/s with 3 ranks, it lay beyond kExplore, no other rule tried it,
+    // and q4 ran twice exact's time for 40 calls); after a lasting change (agree), every
+    // candidate once: priced from the exact ways' new excess, q4 lay at 2.4x its time after
+    // 10 -> 1 Gbit/s and exact ran on. Not once per size class like the tour: again whenever its
+    // measurement expired or a change moved its price.
+    const bool after_change = changed_classes_.count(prefix) > 0;
+    std::map<int, size_t> family_best;  // ordered: exact (0) first
+    std::set<int> measured_families;
     for (size_t i = 0; i < w.names.size(); ++i) {
-      if (w.family[i] != 0) continue;
-      exact_measured = exact_measured || fresh[i];
-      if (exact == w.names.size() || used[i] < used[exact]) exact = i;
+      if (fresh[i] && samples[i] > 0) measured_families.insert(w.family[i]);  // not priced from a change
+      auto it = family_best.find(w.family[i]);
+      if (it == family_best.end() || used[i] < used[it->second]) family_best[w.family[i]] = i;
     }
-    // Not once per size class like the tour: again whenever its measurement expired.
-    bool tour = !exact_measured && exact < w.names.size() && wants(exact, kTour);
-    if (tour) next = exact;
+    size_t next = w.names.size();
+    for (const auto& [family, i] : family_best)
+      if (!measured_families.count(family) && (family == 0 || after_change) && wants(i, kTour)) {
+        next = i;
+        break;
+      }
+    bool tour = next < w.names.size();
+    if (after_change && !tour) changed_classes_.erase(prefix);  // every candidate measured (or out of reach)
     for (size_t i = 0; i < w.names.size() && next == w.names.size(); ++i)
       if (wants(i, room(i))) next = i;
     if (next == w.names.size()) {
       // The tour visits the other ways of the families in contention (a candidate whose best way
       // is within kExplore): the algorithms of a codec that may win, not every codec's.
       tour = true;
-      std::map<int, double> family_best;
-      for (size_t i = 0; i < w.names.size(); ++i) {
-        auto it = family_best.find(w.family[i]);
-        if (it == family_best.end() || used[i] < it->second) family_best[w.family[i]] = used[i];
-      }
       for (size_t i = 0; i < w.names.size() && next == w.names.size(); ++i)
         if (!fresh[i] && wants(i, kTour) && !toured_.count(prefix + w.names[i]) &&
-            family_best[w.family[i]] <= kExplore * used[best])
+            used[family_best[w.family[i]]] <= kExplore * used[best])
           next = i;
     }
     if (next < w.names.size()) {
@@ -189,7 +195,7 @@ Tuner::Plan Tuner::dense(Comm& c, const Shape& s) {
   w.model_at = [&](size_t i, size_t bytes) { return cost::dense_allreduce(algos[i], bytes, s.n, link_).total; };
   Plan p;
   std::vector<double> used;
-  const size_t i = choose(s, w, used, p.key);
+  const size_t i = choose(s, w, used, p.key, p.tried);
   p.way = w.names[i];
   p.dense = algos[i];
   p.teaches_link = plain_dense(p.dense);
@@ -229,7 +235,7 @@ Tuner::Plan Tuner::codec(Comm& c, const Shape& s, const std::vector<CodecCandida
   };
   Plan p;
   std::vector<double> used;
-  const size_t i = choose(s, w, used, p.key);
+  const size_t i = choose(s, w, used, p.key, p.tried);
   p.way = w.names[i];
   p.codec = opts[i].candidate;
   p.algo = opts[i].algo;
@@ -266,6 +272,7 @@ void Tuner::chose(const Plan& p, const std::string& choice, bool dense, std::map
   last_.last_bytes = p.bytes;
   last_.last_choice = choice;
   last_.last_way = p.way;
+  last_.last_tried = p.tried;
   last_.last_predicted = std::move(used);
   last_.last_model = std::move(model);
 }

@@ -44,6 +44,7 @@ py::dict auto_state(const Tuner::Summary& s) {
   d["refreshes"] = s.refreshes;
   d["explorations"] = s.explorations;
   d["tours"] = s.tours;
+  d["changes"] = s.changes;  // lasting changes seen: a size class's other measurements expired
   d["refresh_s"] = s.refresh_seconds;
   d["codec_choices"] = s.codec_choices;
   d["algorithm_choices"] = s.algorithm_choices;
@@ -65,6 +66,7 @@ py::dict auto_state(const Tuner::Summary& s) {
   last["bytes"] = s.last_bytes;
   last["choice"] = s.last_choice;
   last["way"] = s.last_way;
+  last["tried"] = s.last_tried;  // run to measure the way (exploration, tour), not for its price
   last["predicted_s"] = s.last_predicted;  // what the choice used: measured where it could
   last["model_s"] = s.last_model;          // the model alone
   d["last"] = last;

@@ -50,11 +50,13 @@ def stats(group=None, reset: bool = False) -> dict:
     and under ``auto``, once algorithm="auto" or codec="auto" has chosen anything, the cost
     model's side: calls, refreshes of the agreed parameters (refresh_s: what the last one
     took), explorations and tours (calls that ran a way not measured at its size, to measure
-    it), codec_choices and algorithm_choices (counts per codec / dense algorithm chosen),
+    it), changes (lasting changes seen: the running way's price jumped 1.5x between two refreshes,
+    so its size class's other measurements expired), codec_choices and algorithm_choices (counts per codec / dense algorithm chosen),
     way_choices (counts per way: ``q4/sra``, ``none/tree``, or a dense algorithm), params
     (the agreed alpha_s, link_gbit, reduce and codec speeds, codec_scale) and last (the last
-    call's bytes, choice, way -- the choice with its algorithm, e.g. ``q4/sra`` -- and the
-    predicted seconds of every candidate). Under codec="auto" each call is counted under the
+    call's bytes, choice, way -- the choice with its algorithm, e.g. ``q4/sra`` --, tried --
+    whether it ran the way to measure it rather than for its price -- and the predicted seconds
+    of every candidate). Under codec="auto" each call is counted under the
     codec that ran (``none`` for the exact ones)."""
     b = backend_of(group)
     out = {}
