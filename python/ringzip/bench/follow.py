@@ -59,27 +59,44 @@ def run(args) -> int:
     return _report(args, calls)
 
 
+def _followed(calls: list[dict], switch_at: int):
+    """(the choice before the change, calls after the change until it was left for good): the
+    codec chosen by price most often in the 10 calls before the change; left for good from the
+    first call after which no call chose it by price (a try, run only to measure, may still run
+    it). None where it was never left."""
+    before = [c["choice"] for c in calls[max(0, switch_at - 10):switch_at] if not c.get("tried")]
+    if not before:
+        return None, None
+    old = max(set(before), key=before.count)
+    after = [c for c in calls if c["i"] >= switch_at]
+    last_by_price = max((c["i"] for c in after if c["choice"] == old and not c.get("tried")), default=switch_at - 1)
+    return old, (last_by_price + 1 - switch_at if last_by_price + 1 < len(calls) else None)
+
+
 def _report(args, calls: list[dict]) -> int:
     after = [c for c in calls if c["i"] >= args.switch_at]
     final = after[-1]["choice"] if after else None
     settled = next((c["i"] for c in after if all(d["choice"] == final for d in after if d["i"] >= c["i"])), None)
-    followed = None if settled is None else settled - args.switch_at
+    settled = None if settled is None else settled - args.switch_at
+    old, left = _followed(calls, args.switch_at)
     out_dir = Path(args.out_dir) if args.out_dir else default_results_dir()
     out_dir.mkdir(parents=True, exist_ok=True)
     head = (f"{time.strftime('%Y-%m-%d %H:%M')}; CPU {cpu_model()} x {os.cpu_count()}; load average "
             f"{os.getloadavg()[0]:.2f}; {args.nproc} ranks, {args.size} float32, codec {args.codec}; link "
             f"{args.rate_from} -> {args.rate_to} after call {args.switch_at}")
     lines = [f"# codec '{args.codec}' under a link rate change (`ringzip-bench follow`)", "", head, "",
-             f"Choice before the change: {calls[args.switch_at - 1]['choice'] if len(calls) >= args.switch_at else '-'}; "
-             f"after: {final}; settled {followed} calls after the change.", "",
-             "| call | ms | chose | agreed link rate (Gbit/s) | agreed host rate (Gbit/s) |", "|---:|---:|---|---:|---:|"]
-    lines += [f"| {c['i']} | {c['us'] / 1e3:.1f} | {c['choice']} | {c['link_gbit']:.2f} | {c['host_gbit']:.2f} |"
-              for c in calls]
+             f"Choice before the change: {old}; left for good {left} calls after the change (no later call "
+             f"chose it by price); the last choice: {final}, held from {settled} calls after the change.", "",
+             "| call | ms | chose | way | tried | agreed link rate (Gbit/s) | agreed host rate (Gbit/s) | changes seen |",
+             "|---:|---:|---|---|---|---:|---:|---:|"]
+    lines += [f"| {c['i']} | {c['us'] / 1e3:.1f} | {c['choice']} | {c.get('way', '')} | {'try' if c.get('tried') else ''} | "
+              f"{c['link_gbit']:.2f} | {c['host_gbit']:.2f} | {c.get('changes', '')} |" for c in calls]
     (out_dir / f"{args.stem}.md").write_text("\n".join(lines) + "\n")
-    (out_dir / f"{args.stem}.json").write_text(json.dumps({"header": head, "followed_after_calls": followed,
-                                                           "calls": calls}, indent=1))
-    log(f"[follow] settled on {final} {followed} calls after the change; wrote {out_dir / args.stem}.md/.json")
-    return 0 if followed is not None else 1
+    (out_dir / f"{args.stem}.json").write_text(json.dumps({"header": head, "choice_before": old, "left_after_calls": left,
+                                                           "settled_after_calls": settled, "calls": calls}, indent=1))
+    log(f"[follow] left {old} for good {left} calls after the change; last choice {final}, held from {settled} "
+        f"calls after; wrote {out_dir / args.stem}.md/.json")
+    return 0 if settled is not None else 1
 
 
 def rank_main(spec_path: str) -> int:
@@ -117,6 +134,7 @@ def rank_main(spec_path: str) -> int:
                                      "way": auto["last"]["way"], "link_gbit": auto["params"]["link_gbit"],
                                      "host_gbit": auto["params"]["host_gbit"],
                                      "predicted_us": {k: v * 1e6 for k, v in auto["last"]["predicted_s"].items()},
+                                     "tried": auto["last"]["tried"], "changes": auto["changes"],
                                      "refreshes": auto["refreshes"]}) + "\n")
             events.flush()
     dist.barrier()
