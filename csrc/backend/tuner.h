@@ -25,8 +25,8 @@
 // exact, the baseline, is tried first wherever it is priced within 3x.
 // A way's first call at a size class is not timed (one-time costs), so a try is two calls.
 // Measurements expire after 128 calls without a new sample, so a way that got faster is found
-// again. Where the running way's price jumps 2x between two refreshes (a lasting change of the
-// link or the host), its size class's other prices move by what the change added per link byte
+// again. Where the running way's price grows 2x between two refreshes (a lasting slowdown of
+// the link or the host), its size class's other prices move by what the change added per link byte
 // and every candidate is run once again (tuner.cc, kChange); whether a way is tried depends on agreed values and earlier choices only, as above.
 #include <chrono>
 #include <deque>
