@@ -48,10 +48,9 @@ constexpr uint64_t kExpireCalls = 128;
 // q4, with an eighth of exact's bytes, gains an eighth of its slowdown), never further than the
 // running way moved, and wants new samples; and every candidate is run once (tuner_choice.cc).
 // 1.5 followed no sooner in 10 -> 1 Gbit/s runs and saw more false changes (5 of 12 runs, not 3).
-// A way that got faster is not followed so: the first times of a way at a size class settle
-// downward (warm-up), and taken for changes they moved every price down and ran the dense ways
-// 2.7x the ring's time at 64 MiB in the grid's timed rounds (dense auto 2.49x the ring there);
-// expiry (kExpireCalls) finds a faster way.
+// A way that got faster is not followed so: that needs no immediate move (expiry, kExpireCalls,
+// finds a faster way), and a way's first times at a size class settling downward (warm-up) would
+// move every price down.
 constexpr double kChange = 2.0;
 // A way's calibration price is the median of its last five times. Not an optimistic order
 // statistic (the least, the second least): those fall with the number of samples, so a way

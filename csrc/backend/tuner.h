@@ -26,8 +26,9 @@
 // A way's first call at a size class is not timed (one-time costs), so a try is two calls.
 // Measurements expire after 128 calls without a new sample, so a way that got faster is found
 // again. Where the running way's price grows 2x between two refreshes (a lasting slowdown of
-// the link or the host), its size class's other prices move by what the change added per link byte
-// and every candidate is run once again (tuner.cc, kChange); whether a way is tried depends on agreed values and earlier choices only, as above.
+// the link or the host), its size class's other prices move by what the change added per link
+// byte and every candidate runs once again (tuner.cc, kChange). Whether a way is tried depends
+// on agreed values and earlier choices only, as above.
 #include <chrono>
 #include <deque>
 #include <functional>
@@ -101,7 +102,7 @@ class Tuner {
   // For stats()["auto"]: choices, agreed parameters, the last call's predictions.
   struct Summary {
     uint64_t calls = 0, refreshes = 0, explorations = 0, tours = 0;
-    uint64_t changes = 0;  // lasting changes seen (the running way's price jumped: tuner.cc kChange)
+    uint64_t changes = 0;  // lasting changes seen (the running way's price grew 2x: tuner.cc kChange)
     double refresh_seconds = 0;  // agreed: what the last refresh took
     std::map<std::string, uint64_t> codec_choices, algorithm_choices, way_choices;
     cost::Link link;
@@ -163,7 +164,7 @@ class Tuner {
   std::map<std::string, size_t> remeasure_;
   bool switched_ = false;  // a switch by price since the last refresh (agreed: choices are)
   std::map<std::string, std::string> incumbent_;        // size class prefix -> the way chosen last
-  std::set<std::string> changed_classes_;                 // size classes after a change: every candidate runs once
+  std::set<std::string> changed_classes_;               // size classes after a change: every candidate runs once
   // A way's first call at a size class pays one-time costs (scratch buffers, page faults: 1.4-2x
   // a later call's time), so it is not timed: it warms the way, and the next call of the class
   // runs the way again (rerun_), timed.

@@ -44,7 +44,7 @@ py::dict auto_state(const Tuner::Summary& s) {
   d["refreshes"] = s.refreshes;
   d["explorations"] = s.explorations;
   d["tours"] = s.tours;
-  d["changes"] = s.changes;  // lasting changes seen: a size class's other measurements expired
+  d["changes"] = s.changes;  // lasting changes seen: a size class's other prices moved with its running way's
   d["refresh_s"] = s.refresh_seconds;
   d["codec_choices"] = s.codec_choices;
   d["algorithm_choices"] = s.algorithm_choices;

@@ -50,8 +50,9 @@ def stats(group=None, reset: bool = False) -> dict:
     and under ``auto``, once algorithm="auto" or codec="auto" has chosen anything, the cost
     model's side: calls, refreshes of the agreed parameters (refresh_s: what the last one
     took), explorations and tours (calls that ran a way not measured at its size, to measure
-    it), changes (lasting changes seen: the running way's price jumped 1.5x between two refreshes,
-    so its size class's other measurements expired), codec_choices and algorithm_choices (counts per codec / dense algorithm chosen),
+    it), changes (lasting slowdowns seen: the running way's price grew 2x between two
+    refreshes, so its size class's other prices moved with it and every candidate ran once
+    again), codec_choices and algorithm_choices (counts per codec / dense algorithm chosen),
     way_choices (counts per way: ``q4/sra``, ``none/tree``, or a dense algorithm), params
     (the agreed alpha_s, link_gbit, reduce and codec speeds, codec_scale) and last (the last
     call's bytes, choice, way -- the choice with its algorithm, e.g. ``q4/sra`` --, tried --
