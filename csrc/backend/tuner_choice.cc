@@ -2,10 +2,10 @@
 // agreed measurement where a way ran recently at about this size, and the exploration of
 // plausible ways not measured yet.
 #include <algorithm>
+#include <array>
 #include <cmath>
 
 #include <map>
-#include <set>
 
 #include "backend/tuner.h"
 
@@ -126,19 +126,22 @@ size_t Tuner::choose(const Shape& s, const Ways& w, std::vector<double>& used, s
     // 10 -> 1 Gbit/s and exact ran on. Not once per size class like the tour: again whenever its
     // measurement expired or a change moved its price.
     const bool after_change = changed_classes_.count(prefix) > 0;
-    std::map<int, size_t> family_best;  // ordered: exact (0) first
-    std::set<int> measured_families;
+    // Per family (a candidate index, at most kFamilies): its cheapest way, and whether any of its
+    // ways rests on samples (not priced from a change). Arrays: this runs on every call.
+    constexpr int kFamilies = 16;
+    std::array<size_t, kFamilies> family_best;
+    family_best.fill(w.names.size());
+    std::array<bool, kFamilies> measured_family{};
     for (size_t i = 0; i < w.names.size(); ++i) {
-      if (fresh[i] && samples[i] > 0) measured_families.insert(w.family[i]);  // not priced from a change
-      auto it = family_best.find(w.family[i]);
-      if (it == family_best.end() || used[i] < used[it->second]) family_best[w.family[i]] = i;
+      const int f = w.family[i];
+      measured_family[f] = measured_family[f] || (fresh[i] && samples[i] > 0);
+      if (family_best[f] == w.names.size() || used[i] < used[family_best[f]]) family_best[f] = i;
     }
     size_t next = w.names.size();
-    for (const auto& [family, i] : family_best)
-      if (!measured_families.count(family) && (family == 0 || after_change) && wants(i, kTour)) {
-        next = i;
-        break;
-      }
+    for (int f = 0; f < kFamilies && next == w.names.size(); ++f)  // exact (0) first
+      if (family_best[f] < w.names.size() && !measured_family[f] && (f == 0 || after_change) &&
+          wants(family_best[f], kTour))
+        next = family_best[f];
     bool tour = next < w.names.size();
     if (after_change && !tour) changed_classes_.erase(prefix);  // every candidate measured (or out of reach)
     for (size_t i = 0; i < w.names.size() && next == w.names.size(); ++i)
