@@ -32,6 +32,7 @@ CompressionConfig RingzipBackend::plan_codec(Comm& c, const CompressionConfig& c
   run.named = run.codec;
   run.parsed = cc.candidates[plan.codec].spec;
   run.algorithm = plan.algo;
+  run.segment_elems = plan.segment_elems;
   return run;
 }
 

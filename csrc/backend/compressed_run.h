@@ -37,6 +37,7 @@ inline CompressedCall call_of(const CompressionConfig& cc, const Compression::Ca
   call.rng_seq = static_cast<uint32_t>(which.number);
   call.algo = cc.algorithm;
   call.topk_block = static_cast<size_t>(cc.topk_block);
+  call.segment_elems = cc.segment_elems;
   return call;
 }
 

@@ -57,6 +57,7 @@ class Tuner {
     AllreduceAlgo dense = AllreduceAlgo::Ring;  // exact calls
     size_t codec = 0;                           // index into the candidates; 0 = exact
     CompressedAlgo algo = CompressedAlgo::Sra;  // compressed calls
+    size_t segment_elems = 0;                   // SRA's (cost::sra_segment_elems); 0: the default
     cost::Estimate est;                         // the model's
     double predicted = 0;                       // what the choice used (calibrated where measured)
     double codec_raw = 0;  // codec seconds predicted from the micro-benchmarks alone
@@ -111,6 +112,7 @@ class Tuner {
     size_t last_bytes = 0;
     std::string last_choice, last_way;  // the codec (or dense algorithm), and with its algorithm
     bool last_tried = false;            // the last call ran its way to measure it (Plan::tried)
+    size_t last_segment_elems = 0;      // its SRA segment length (Plan::segment_elems; 0: not SRA)
     std::map<std::string, double> last_predicted, last_model;  // seconds per candidate: used / model alone
   };
   Summary summary() const;

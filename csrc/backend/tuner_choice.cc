@@ -248,8 +248,12 @@ Tuner::Plan Tuner::codec(Comm& c, const Shape& s, const std::vector<CodecCandida
   p.predicted = used[i];
   p.bytes = s.bytes;
   const CodecCandidate& chosen = candidates[p.codec];
-  if (chosen.spec.kind != codec::Kind::None)  // what the micro-benchmarks alone predict: observe() scales it
+  if (chosen.spec.kind != codec::Kind::None) {  // what the micro-benchmarks alone predict: observe() scales it
     p.codec_raw = cost::predict(chosen.spec, p.algo, p.dense, prob, link_, codecs_.at(chosen.name)).compute;
+    if (choose_compressed(chosen.spec, p.algo) == CompressedAlgo::Sra)  // agreed figures: the same on every rank
+      p.segment_elems = cost::sra_segment_elems(chosen.spec, s.bytes / 4, s.n, link_, speeds[p.codec], feedback,
+                                                !s.reduce_scatter);
+  }
   std::map<std::string, double> by_used, by_model;  // per candidate: its best way
   for (size_t j = 0; j < opts.size(); ++j) {
     const std::string& name = candidates[opts[j].candidate].name;
@@ -276,6 +280,7 @@ void Tuner::chose(const Plan& p, const std::string& choice, bool dense, std::map
   last_.last_choice = choice;
   last_.last_way = p.way;
   last_.last_tried = p.tried;
+  last_.last_segment_elems = p.segment_elems;
   last_.last_predicted = std::move(used);
   last_.last_model = std::move(model);
 }

@@ -37,6 +37,9 @@ struct CompressedCall {
   // top-k selects the k = ratio * len largest within each block of this many elements (the
   // last block may be shorter), so that selection and transfer overlap; 0: the whole tensor.
   size_t topk_block = size_t(1) << 20;
+  // SRA's segment length in elements (compressed/layout.h); 0: kSegmentElems. The same on every
+  // rank (message sizes follow it); the bits of the result do not depend on it.
+  size_t segment_elems = 0;
 };
 
 // data: count float32 elements of this rank's input; replaced by the compressed sum.

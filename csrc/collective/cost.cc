@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "collective/compressed/layout.h"
+
 namespace ringzip::cost {
 namespace {
 
@@ -88,12 +90,16 @@ Estimate dense_reduce_scatter(size_t bytes, int n, const Link& l) {
 namespace {
 
 // SRA (collective/compressed/sra.cc): parts of ~count/n elements in segments of 2 MiB of input
-// (layout.h), one step per segment; the codec of one segment runs while others travel.
+// (layout.h), one step per segment; the codec of one segment runs while others travel. Priced
+// so also where it runs longer segments (sra_segment_elems): the model has no term for what a
+// message costs the codec's cores, which is why those are faster there; the calibration's
+// measured price takes over once the way ran.
 Estimate sra(const codec::Spec& s, size_t count, int n, const Link& l, const CodecSpeed& cs, bool feedback,
              bool gather) {
   const double part = ceil_div(static_cast<double>(count), n), P = 4 * part;
   const double bucket = std::max<double>(1, static_cast<double>(s.bucket));
-  const double seg = std::max(bucket, std::floor((1 << 19) / bucket) * bucket), segs = std::max(1.0, ceil_div(part, seg));
+  const double seg = std::max(bucket, std::floor(compressed::kSegmentElems / bucket) * bucket);
+  const double segs = std::max(1.0, ceil_div(part, seg));
   const double enc = static_cast<double>(codec::encoded_bytes(s, static_cast<int64_t>(part)));
   const double phases = gather ? 2 : 1;
   const double send_pass = feedback ? cs.feedback : cs.encode;
@@ -131,6 +137,12 @@ Estimate sparse(const codec::Spec& s, size_t count, int n, const Link& l, const 
 }
 
 }  // namespace
+
+size_t sra_segment_elems(const codec::Spec& s, size_t count, int n, const Link& l, const CodecSpeed& cs,
+                         bool feedback, bool gather) {
+  const Estimate e = sra(s, count, n, l, cs, feedback, gather);
+  return e.compute > e.wire ? compressed::kCoarseSegmentElems : compressed::kSegmentElems;
+}
 
 Estimate compressed_allreduce(CompressedAlgo a, const codec::Spec& s, size_t count, int n, const Link& l,
                               const CodecSpeed& cs, bool feedback) {

@@ -67,6 +67,7 @@ py::dict auto_state(const Tuner::Summary& s) {
   last["choice"] = s.last_choice;
   last["way"] = s.last_way;
   last["tried"] = s.last_tried;  // run to measure the way (exploration, tour), not for its price
+  last["segment_elems"] = s.last_segment_elems;  // SRA's segment length (0: not SRA)
   last["predicted_s"] = s.last_predicted;  // what the choice used: measured where it could
   last["model_s"] = s.last_model;          // the model alone
   d["last"] = last;

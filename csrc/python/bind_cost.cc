@@ -73,6 +73,16 @@ void bind_cost(py::module_& m) {
         py::arg("codec"), py::arg("algorithm"), py::arg("bytes"), py::arg("n"), py::arg("alpha"), py::arg("inv_bw"),
         py::arg("reduce"), py::arg("speed"), py::arg("feedback") = false, py::arg("reduce_scatter") = false,
         py::arg("bucket") = 512);
+  c.def("sra_segment_elems",
+        [](const std::string& codec, size_t bytes, int n, double alpha, double inv_bw, const Speeds& speed,
+           bool feedback, bool reduce_scatter) {
+          const CompressionConfig cc = parsed(codec, 512);
+          return cost::sra_segment_elems(cc.spec(), bytes / 4, n, {alpha, inv_bw}, speed_of(speed), feedback,
+                                         !reduce_scatter);
+        },
+        py::arg("codec"), py::arg("bytes"), py::arg("n"), py::arg("alpha"), py::arg("inv_bw"), py::arg("speed"),
+        py::arg("feedback") = false, py::arg("reduce_scatter") = false,
+        "SRA's segment length (elements) for such a call under codec='auto' (cost.h)");
   c.def("candidates",
         [](const std::string& setting) {
           std::vector<std::string> out;

@@ -209,7 +209,8 @@ std::pair<Tensors, std::optional<Tensors>> compressed(const std::string& op, con
                                                       const std::string& codec, const std::string& algorithm,
                                                       uint64_t seed, uint32_t rng_seq, size_t topk_block,
                                                       int64_t bucket, const std::string& rounding,
-                                                      std::optional<Tensors> residuals, const Run& run) {
+                                                      std::optional<Tensors> residuals, size_t segment_elems,
+                                                      const Run& run) {
   Tensors w = copies(inputs, "inputs");
   const int n = static_cast<int>(w.size());
   for (const auto& t : w)
@@ -221,6 +222,7 @@ std::pair<Tensors, std::optional<Tensors>> compressed(const std::string& op, con
   base.rng_seq = rng_seq;
   base.algo = parse_compressed_algo(algorithm);
   base.topk_block = topk_block;
+  base.segment_elems = segment_elems;
   std::optional<Tensors> res;
   if (residuals) {
     res = copies(*residuals, "residuals");
@@ -332,17 +334,19 @@ void bind_loopback(py::module_& m) {
       [](const std::string& op, const Tensors& inputs, const std::string& codec, const std::string& mode,
          const std::string& algorithm, uint64_t seed, uint32_t rng_seq, uint32_t seq, size_t topk_block,
          int64_t bucket, const std::string& rounding, std::optional<Tensors> residuals, int64_t timeout_ms,
-         std::optional<std::vector<int>> nodes, bool routed) {
+         std::optional<std::vector<int>> nodes, bool routed, size_t segment_elems) {
         return compressed(op, inputs, codec, algorithm, seed, rng_seq, topk_block, bucket, rounding, residuals,
-                          Run{mode, seq, timeout_ms, nodes, routed});
+                          segment_elems, Run{mode, seq, timeout_ms, nodes, routed});
       },
       "op"_a, "inputs"_a, "codec"_a, "mode"_a = "eager", "algorithm"_a = "auto", "seed"_a = 0, "rng_seq"_a = 0,
       "seq"_a = 0, "topk_block"_a = size_t(1) << 20, "bucket"_a = 512, "rounding"_a = "stochastic",
       "residuals"_a = py::none(), "timeout_ms"_a = 60000, "nodes"_a = py::none(), "routed"_a = false,
+      "segment_elems"_a = 0,
       "Compressed SUM of float32 inputs (op allreduce or reduce_scatter) with a codec string, algorithm\n"
       "(auto, ring, sra, sparse), seed, rng_seq (CompressedCall.rng_seq), bucket, rounding (stochastic or\n"
       "nearest), topk_block, optional error-feedback residuals (one per rank) and nodes (the node of every rank:\n"
-      "node-aware, collective/hierarchy/; with routed=True flat over per-node hubs instead, as in collective()).\n"
+      "node-aware, collective/hierarchy/; with routed=True flat over per-node hubs instead, as in collective()),\n"
+      "segment_elems (SRA's segment length, CompressedCall.segment_elems; 0: the default).\n"
       "Returns (outputs, residuals).");
 }
 

@@ -56,7 +56,8 @@ def stats(group=None, reset: bool = False) -> dict:
     way_choices (counts per way: ``q4/sra``, ``none/tree``, or a dense algorithm), params
     (the agreed alpha_s, link_gbit, reduce and codec speeds, codec_scale) and last (the last
     call's bytes, choice, way -- the choice with its algorithm, e.g. ``q4/sra`` --, tried --
-    whether it ran the way to measure it rather than for its price -- and the predicted seconds
+    whether it ran the way to measure it rather than for its price --, segment_elems -- SRA's
+    segment length, 0 when the call ran no SRA -- and the predicted seconds
     of every candidate). Under codec="auto" each call is counted under the
     codec that ran (``none`` for the exact ones)."""
     b = backend_of(group)

@@ -112,10 +112,13 @@ def auto_checks(ctx):
             x = torch.randn(count, generator=torch.Generator().manual_seed(count + rank))
             dist.all_reduce(x, group=g)
             auto = ringzip.stats(g)["auto"]
-            seen.append((auto["last"]["choice"], auto["params"]["link_gbit"], auto["params"]["alpha_s"]))
+            seen.append((auto["last"]["choice"], auto["params"]["link_gbit"], auto["params"]["alpha_s"],
+                         auto["last"]["way"], auto["last"]["segment_elems"]))
             _same_everywhere(_bits(x[:4096]), f"the result of {count} elements")
-        _same_everywhere(seen, "choices and agreed parameters")
-        assert {c for c, _, _ in seen} >= {"none"}, seen  # the small calls stay exact
+        _same_everywhere(seen, "choices, agreed parameters and SRA's segment lengths")  # message sizes follow them
+        assert {c for c, *_ in seen} >= {"none"}, seen  # the small calls stay exact
+        for _, _, _, way, seg in seen:  # SRA's own: the usual segments or 4x longer (cost::sra_segment_elems)
+            assert seg in ((1 << 19, 1 << 21) if way.endswith("/sra") else (0,)), seen
 
     with chk.case("follows_a_link_change_within_20_calls"):
         backend_of(g)._tuner_inject(FAST)

@@ -130,3 +130,17 @@ def test_host_speeds_are_measured_and_cached():
     a = C.host_codec_speed("q4")
     assert all(0 < x < 1e-6 for x in a) and C.host_codec_speed("q4") == a
     assert 0 < C.host_reduce_speed() < 1e-6 and not math.isnan(C.host_reduce_speed())
+
+
+def test_sra_segments_grow_where_the_codec_bounds_the_call():
+    # codec="auto" runs SRA in 4x longer segments where the model finds the codec, not the link,
+    # the bound: fewer messages, whose wake-ups take the codec's cores (cost.h)
+    fine = C.sra_segment_elems("q8", 64 * MIB, 4, 1e-4, GBIT, SPEED)  # 1 Gbit/s: the link bounds q8
+    fast = C.sra_segment_elems("q8", 64 * MIB, 4, 1e-4, GBIT / 10, SPEED)  # 10 Gbit/s: the codec does
+    assert fast == 4 * fine
+    for codec in ("q8", "q4", "q2"):
+        e = C.predict(codec, "sra", 64 * MIB, 4, 1e-4, GBIT / 10, 0.0, SPEED)
+        assert e["compute"] > e["wire"]
+        assert C.sra_segment_elems(codec, 64 * MIB, 4, 1e-4, GBIT / 10, SPEED) == fast
+    slow = C.predict("q8", "sra", 64 * MIB, 4, 1e-4, GBIT, 0.0, SPEED)
+    assert slow["wire"] > slow["compute"]

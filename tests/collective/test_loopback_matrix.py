@@ -176,6 +176,24 @@ def test_compressed_sra_segments(mode, n, codec, bucket, size, stochastic, ef):
     check_allreduce(mode, n, codec, "sra", size, ef, bucket=bucket, stochastic=stochastic)
 
 
+# codec="auto" picks SRA's segment length per call (cost::sra_segment_elems): the bits of the
+# result and of the residuals must not depend on it, only the number of messages.
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("n,codec,bucket,size,segment", [
+    (3, "q4", 512, 3 * 5000 + 2, 1024),          # many segments of two buckets, uneven parts
+    (3, "q2", 1000, 3 * 7001, 2500),             # asked length not a multiple of the bucket: 2 buckets
+    (2, "q8", 512, 2 * (2 * SEG + 1), 4 * SEG),  # the coarse length: one segment per part
+])
+def test_compressed_sra_segment_length(mode, n, codec, bucket, size, segment):
+    xs, res = gen(case_seed(n, size, bucket, 3), n, size), gen(case_seed(n, size, bucket, 4), n, size, 0.05)
+    args = dict(seed=11, rng_seq=5, bucket=bucket)
+    want, want_res = RC.compressed_allreduce(xs, codec, "sra", residuals=res, **args)
+    out, new_res = L.compressed("allreduce", xs, codec, mode=mode, algorithm="sra", residuals=res,
+                                segment_elems=segment, **args)
+    same(out, want, f"{codec} sra, segments of {segment}, {mode}")
+    same(new_res, want_res, f"{codec} sra, segments of {segment}, {mode}, residual")
+
+
 @pytest.mark.parametrize("mode", MODES)
 def test_compressed_sparse_large(mode):
     check_allreduce(mode, 2, "topk:0.01", "sparse", (1 << 20) + 5, True)  # two top-k blocks of 2^20

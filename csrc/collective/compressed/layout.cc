@@ -22,10 +22,10 @@ Layout topk_blocks(const codec::Spec& spec, size_t count, size_t topk_block) {
   return l;
 }
 
-Segments segments(const codec::Spec& spec, const Layout& l) {
+Segments segments(const codec::Spec& spec, const Layout& l, size_t want) {
   const int n = l.parts();
   const size_t bucket = static_cast<size_t>(std::max<int64_t>(1, spec.bucket));
-  size_t seg = std::max(bucket, kSegmentElems / bucket * bucket);
+  size_t seg = std::max(bucket, want / bucket * bucket);
   size_t longest = 0;
   for (int i = 0; i < n; ++i) longest = std::max(longest, l.len(i));
   while ((longest + seg - 1) / seg >= kGatherStep) seg *= 2;  // segment index must fit the tag's step

@@ -29,8 +29,10 @@ Layout topk_blocks(const codec::Spec& spec, size_t count, size_t block);
 // segment encodes exactly the buckets (and RNG counters) the whole part would: the result is
 // bit for bit that of the unsegmented algorithm. 2 MiB of float32 input per message: on 4
 // ranks sharing 2 cores each message costs ~0.3 ms of wake-ups, so 256 KiB segments lost 40%
-// on loopback; 256 KiB-8 MiB tie at 1 Gbit/s.
+// on loopback; 256 KiB-8 MiB tie at 1 Gbit/s. Where the codec, not the link, bounds a call,
+// fewer messages win: kCoarseSegmentElems (cost::sra_segment_elems says when).
 constexpr size_t kSegmentElems = size_t{1} << 19;
+constexpr size_t kCoarseSegmentElems = kSegmentElems << 2;
 constexpr uint32_t kGatherStep = 0x8000;  // step bit of SRA's phase-2 messages
 
 struct Segments {  // part i's segment t: elements [elem[i][t], elem[i][t+1]) (absolute)
@@ -41,6 +43,7 @@ struct Segments {  // part i's segment t: elements [elem[i][t], elem[i][t+1]) (a
   size_t total_bytes(int i) const { return bytes[i].back(); }
 };
 
-Segments segments(const codec::Spec& spec, const Layout& l);
+// `want`: the segment length asked for (elements; rounded down to whole buckets, at least one).
+Segments segments(const codec::Spec& spec, const Layout& l, size_t want = kSegmentElems);
 
 }  // namespace ringzip::compressed

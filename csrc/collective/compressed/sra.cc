@@ -24,7 +24,7 @@ namespace ringzip::compressed {
 bool sra(Comm& c, float* data, size_t count, const CompressedCall& call, bool gather) {
   const int n = c.size(), r = c.rank();
   const Layout l = layout(call.spec, count, n);
-  const Segments g = segments(call.spec, l);
+  const Segments g = segments(call.spec, l, call.segment_elems ? call.segment_elems : kSegmentElems);
   // mine: my encodings of every part; reduce_in: peers' encodings of my part (one slot per
   // peer); gather_in: the owners' encodings of their parts; my own part's is mine[r].
   std::vector<std::shared_ptr<uint8_t>> mine(n), reduce_in(n), gather_in(n);
