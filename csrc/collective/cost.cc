@@ -138,10 +138,8 @@ Estimate sparse(const codec::Spec& s, size_t count, int n, const Link& l, const 
 
 }  // namespace
 
-size_t sra_segment_elems(const codec::Spec& s, size_t count, int n, const Link& l, const CodecSpeed& cs,
-                         bool feedback, bool gather) {
-  const Estimate e = sra(s, count, n, l, cs, feedback, gather);
-  return e.compute > e.wire ? compressed::kCoarseSegmentElems : compressed::kSegmentElems;
+size_t sra_segment_elems(const Estimate& sra) {
+  return sra.compute > sra.wire ? compressed::kCoarseSegmentElems : compressed::kSegmentElems;
 }
 
 Estimate compressed_allreduce(CompressedAlgo a, const codec::Spec& s, size_t count, int n, const Link& l,

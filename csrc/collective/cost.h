@@ -59,9 +59,9 @@ Estimate compressed_allreduce(CompressedAlgo a, const codec::Spec& s, size_t cou
 // bound (compute above wire), SRA runs 4x longer segments (compressed/layout.h). Calls
 // alternating between the two in one run, 4 ranks on 2 cores, 64 MiB: 0.82-0.93x the time over
 // 10 Gbit/s, 0.86-0.94x over 3 Gbit/s, but 1.03-1.10x for q8 and q4 over 1 Gbit/s, where the
-// link bounds them and they keep the short segments (docs/algorithms.md).
-size_t sra_segment_elems(const codec::Spec& s, size_t count, int n, const Link& l, const CodecSpeed& cs,
-                         bool feedback, bool gather);
+// link bounds them and they keep the short segments (docs/algorithms.md). `sra`: the model's
+// estimate of the SRA call (compressed_allreduce / compressed_reduce_scatter).
+size_t sra_segment_elems(const Estimate& sra);
 // SRA's first phase alone (compressed reduce-scatter).
 Estimate compressed_reduce_scatter(const codec::Spec& s, size_t count, int n, const Link& l, const CodecSpeed& cs,
                                    bool feedback);

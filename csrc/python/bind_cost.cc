@@ -77,8 +77,9 @@ void bind_cost(py::module_& m) {
         [](const std::string& codec, size_t bytes, int n, double alpha, double inv_bw, const Speeds& speed,
            bool feedback, bool reduce_scatter) {
           const CompressionConfig cc = parsed(codec, 512);
-          return cost::sra_segment_elems(cc.spec(), bytes / 4, n, {alpha, inv_bw}, speed_of(speed), feedback,
-                                         !reduce_scatter);
+          const cost::Problem p{bytes, n, reduce_scatter, feedback, CompressedAlgo::Sra, AllreduceAlgo::Ring};
+          return cost::sra_segment_elems(
+              cost::predict(cc.spec(), CompressedAlgo::Sra, AllreduceAlgo::Ring, p, {alpha, inv_bw}, speed_of(speed)));
         },
         py::arg("codec"), py::arg("bytes"), py::arg("n"), py::arg("alpha"), py::arg("inv_bw"), py::arg("speed"),
         py::arg("feedback") = false, py::arg("reduce_scatter") = false,
