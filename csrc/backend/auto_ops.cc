@@ -23,7 +23,18 @@ Tuner::Shape shape_of(const Comm& c, size_t bytes, bool reduce_scatter, const No
 
 CompressionConfig RingzipBackend::plan_codec(Comm& c, const CompressionConfig& cc, AllreduceAlgo dense, size_t count,
                                              bool reduce_scatter, const NodeLayout* nodes, Tuner::Plan& plan) {
-  if (!cc.autotune) return cc;
+  if (!cc.autotune) {
+    // A fixed codec's SRA call is planned too, as the one way of a one-candidate choice: its bits
+    // are the codec's at any segment length, which the plan sets from the agreed figures as under
+    // codec="auto" (8 MiB where the codec bounds the call, cost::sra_segment_elems); its time
+    // calibrates the model like any other call's. Other algorithms have nothing to plan.
+    if (c.size() < 2 || choose_compressed(cc.parsed, cc.algorithm) != CompressedAlgo::Sra) return cc;
+    plan = tuner_.codec(c, shape_of(c, 4 * count, reduce_scatter, nodes), {{cc.codec, cc.parsed}},
+                        CompressedAlgo::Sra, dense, cc.feedback());
+    CompressionConfig run = cc;
+    run.segment_elems = plan.segment_elems;
+    return run;
+  }
   plan = tuner_.codec(c, shape_of(c, 4 * count, reduce_scatter, nodes), cc.candidates, cc.algorithm, dense,
                       cc.feedback());
   CompressionConfig run = cc;

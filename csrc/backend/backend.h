@@ -206,8 +206,9 @@ class RingzipBackend final : public c10d::Backend {
                                                                  const char* name, const at::Tensor& identity);
 
   // ---- the cost model's choices on the host path (auto_ops.cc) ---------------------------------
-  // The settings a compressed call runs with: cc itself, or under codec="auto" the candidate the
-  // tuner plans for `count` float32 elements (plan: what it predicted); `dense` is the exact
+  // The settings a compressed call runs with: under codec="auto" the candidate the tuner plans
+  // for `count` float32 elements (plan: what it predicted); a fixed codec's SRA call with the
+  // segment length its plan sets; else cc itself (plan left empty). `dense` is the exact
   // algorithm asked for.
   CompressionConfig plan_codec(Comm& c, const CompressionConfig& cc, AllreduceAlgo dense, size_t count,
                                bool reduce_scatter, const NodeLayout* nodes, Tuner::Plan& plan);

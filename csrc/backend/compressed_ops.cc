@@ -88,7 +88,7 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::maybe_compressed_allreduce(
                      if (!x.is_same(t)) t.copy_(x);
                      if (after) after();
                    };
-                   Tuner* observe = cc.autotune && !nodes ? &tuner_ : nullptr;  // node-aware calls: not observed
+                   Tuner* observe = !plan.key.empty() && !nodes ? &tuner_ : nullptr;  // planned; node-aware calls: not observed
                    if (!run.enabled()) return exact_under_auto(c, x, which, red, in_bytes, plan, nodes, false, finish);
                    run_compressed(
                        c, comp_, run, x, which, red, in_bytes, dense_factor_of(nodes, n, true),
@@ -126,7 +126,7 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::maybe_compressed_reduce_scatter(
                      if (red.post != 1.0) mine.mul_(red.post);
                      out.copy_(mine.view(out.sizes()));
                    };
-                   Tuner* observe = cc.autotune && !nodes ? &tuner_ : nullptr;
+                   Tuner* observe = !plan.key.empty() && !nodes ? &tuner_ : nullptr;
                    if (!run.enabled()) return exact_under_auto(c, x, which, red, in_bytes, plan, nodes, true, finish);
                    run_compressed(
                        c, comp_, run, x, which, red, in_bytes, dense_factor_of(nodes, n, false),

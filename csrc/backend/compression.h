@@ -25,7 +25,7 @@ struct CompressionConfig {
   uint64_t seed = 0;
   CompressedAlgo algorithm = CompressedAlgo::Auto;
   int64_t topk_block = int64_t(1) << 20;  // top-k selects per block of this many elements; 0: whole tensor
-  size_t segment_elems = 0;  // SRA's segments (CompressedCall::segment_elems): set per call by codec="auto"'s plan
+  size_t segment_elems = 0;  // SRA's segments (CompressedCall::segment_elems): set per call by its plan (plan_codec)
 
   // Parsed once when the settings change (RingzipBackend::configure, parse_codec), not per call.
   codec::Spec parsed;

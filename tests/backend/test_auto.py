@@ -120,6 +120,30 @@ def auto_checks(ctx):
         for _, _, _, way, seg in seen:  # SRA's own: the usual segments or 4x longer (cost::sra_segment_elems)
             assert seg in ((1 << 19, 1 << 21) if way.endswith("/sra") else (0,)), seen
 
+    fixed = dist.new_group(pg_options=ringzip.Options(codec="q4", min_numel=0, rounding="nearest",
+                                                      error_feedback=False))
+    with chk.case("fixed_codec_segments_follow_the_bound"):
+        # A fixed codec's SRA calls are planned too: 4x longer segments where the codec, not the
+        # link, bounds the call (a 1 Tbit/s link), the usual ones where the link does (100 Mbit/s);
+        # q4 runs every call, every rank cuts the same messages, the bits (round to nearest, no
+        # error feedback: the same in every call) do not depend on it.
+        # An injected link counts from the next agreement: at the latest 16 calls on.
+        seen, results = [], []
+        for link in (FAST, (100e-6, 10 * GBIT), FAST):
+            backend_of(fixed)._tuner_inject(link)
+            for _ in range(17):
+                x = torch.randn(1 << 21, generator=torch.Generator().manual_seed(rank))
+                dist.all_reduce(x, group=fixed)
+            auto = ringzip.stats(fixed)["auto"]
+            seen.append((auto["last"]["way"], auto["last"]["segment_elems"]))
+            results.append(_bits(x[::4096]))
+        _same_everywhere(seen, "the plans of a fixed codec")
+        assert seen == [("q4/sra", 1 << 21), ("q4/sra", 1 << 19), ("q4/sra", 1 << 21)], seen
+        st = ringzip.stats(fixed)
+        assert st["q4"]["calls"] == 51 and set(st["auto"]["codec_choices"]) == {"q4"}, st
+        _same_everywhere(results, "the results")
+        assert results[0] == results[1] == results[2], "a fixed codec's bits changed with its segment length"
+
     with chk.case("follows_a_link_change_within_20_calls"):
         backend_of(g)._tuner_inject(FAST)
         k_fast, _ = _until(g, {"none"}, 20, 1 << 20, rank)
@@ -256,4 +280,4 @@ def auto_checks(ctx):
 def test_auto_in_process_groups():
     res = mp.run(auto_checks, 3, timeout=240)
     mp.raise_on_failures(mp.merge(res), "codec/algorithm auto")
-    assert len(set().union(*(r["passed"] for r in res))) == 12, [sorted(r["passed"]) for r in res]
+    assert len(set().union(*(r["passed"] for r in res))) == 13, [sorted(r["passed"]) for r in res]
