@@ -307,28 +307,9 @@ void Tuner::learn(const Plan& p, double seconds, double codec_seconds) {
   // 64 KiB, which priced every codec out of the larger calls. Only calls with real codec work teach.
   constexpr double kCodecSample = 1e-3;
   if (p.codec_raw >= kCodecSample && codec_seconds > 0) push(codec_scale_, codec_seconds / p.codec_raw);
-  const double C = p.codec_raw > 0 ? codec_seconds : e.compute, R = seconds - e.latency, keep = 1 - e.overlap;
-  // The link's rate shows in this call when a good part of it went neither to codec kernels nor
-  // to message latency: measured, not predicted, so that a link that slowed down under a codec
-  // the model thought wire-light still shows (the least of three filters the noise, which only
-  // ever adds time).
-  // Small calls (under 256 KiB through the link) say more about latency than about bytes.
-  // Except where the host's copies bound the call (shared memory) and the model gives them little
-  // of it: there the rest of a compressed call is ranks waiting for cores and for each other,
-  // not bytes; such a link does not change rate under a codec either. (It does not stop the
-  // link rate of codec="auto" over shared memory from running away once a star call taught a
-  // slower link: docs/algorithms.md, "Known and not fixed".)
-  const bool host_light = e.host_bound && e.wire < 0.25 * e.total;
-  const bool wire_shows = e.wire_bytes >= (256 << 10) && !host_light &&
-                          seconds - codec_seconds - e.latency >= 0.25 * seconds;
-  if (p.teaches_link && e.wire_bytes > 0 && wire_shows) {
-    double W = R - keep * C;              // wire-bound: the codec's unhidden part adds to the wire
-    if (W < C) W = keep > 0.05 ? (R - C) / keep : 0;  // codec-bound: the wire's unhidden part adds
-    if (e.host_bound)
-      push(inv_host_, W / e.host_bytes);
-    else
-      push(inv_bw_, W / e.wire_bytes);
-  }
+  const double C = p.codec_raw > 0 ? codec_seconds : e.compute, keep = 1 - e.overlap;
+  if (const auto w = p.teaches_link ? cost::link_sample(e, seconds, codec_seconds, C) : std::nullopt)
+    push(w->host ? inv_host_ : inv_bw_, w->seconds_per_byte);  // cost.cc says which calls show the link
   if (p.teaches_link && e.messages > 0 && e.latency >= 0.4 * e.total) {  // so does the per-message cost
     const double W = e.wire, rest = std::max(W, C) + keep * std::min(W, C);
     push(alpha_, (seconds - rest) / e.messages);

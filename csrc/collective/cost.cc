@@ -27,6 +27,30 @@ double ceil_div(double a, double b) { return std::ceil(a / b); }
 
 }  // namespace
 
+// The link's rate shows in a call when a good part of it went neither to codec kernels nor to
+// message latency: measured, not predicted, so that a link that slowed down under a codec the
+// model thought wire-light still shows (the tuner offers the least of three samples: noise only
+// ever adds time).
+// Small calls say more about latency and buffers than about the link's rate: a shaper's burst or
+// a switch's buffer passes a few hundred KiB at once (over 1 Gbit/s with 4 ranks, 64 KiB calls
+// -- the star's 384 KiB through its root -- taught a 3 Gbit/s link within 20 calls, and a grid
+// run ended at 5-8 Gbit/s), so only calls that move 1 MiB through the busiest link teach it.
+// Except where the host's copies bound the call (shared memory) and the model gives them little
+// of it: there the rest of a compressed call is ranks waiting for cores and for each other, not
+// bytes; such a link does not change rate under a codec either. (It does not stop the link rate
+// of codec="auto" over shared memory from running away once a star call taught a slower link:
+// docs/algorithms.md, "Known and not fixed".)
+std::optional<LinkSample> link_sample(const Estimate& e, double seconds, double codec_seconds, double compute) {
+  constexpr double kMinBytes = 1 << 20;
+  const bool host_light = e.host_bound && e.wire < 0.25 * e.total;
+  if (e.wire_bytes < kMinBytes || host_light || seconds - codec_seconds - e.latency < 0.25 * seconds) return {};
+  const double R = seconds - e.latency, keep = 1 - e.overlap, C = compute;
+  double W = R - keep * C;                            // wire-bound: the codec's unhidden part adds to the wire
+  if (W < C) W = keep > 0.05 ? (R - C) / keep : 0;  // codec-bound: the wire's unhidden part adds
+  if (W <= 0) return {};
+  return LinkSample{e.host_bound, W / (e.host_bound ? e.host_bytes : e.wire_bytes)};
+}
+
 Estimate combine(double messages, double wire_bytes, double compute, double overlap, const Link& l,
                  double host_bytes) {
   Estimate e;

@@ -5,6 +5,7 @@
 // (backend/tuner.h) measures the parameters and makes every rank hold the same ones, so every
 // rank's choice -- a function of those parameters, the call's size and n -- is the same.
 #include <cstddef>
+#include <optional>
 #include <vector>
 
 #include "codec/codec.h"
@@ -40,6 +41,17 @@ struct Estimate {
   double messages = 0, wire_bytes = 0, host_bytes = 0, overlap = 0;
   bool host_bound = false;
 };
+
+// What a measured call of estimate e tells about the link: a sample of inv_bw (or of inv_host
+// where the host's copies bound it), seconds per byte; none where the call says more about
+// latency, buffers or cores than about the link. `seconds`: the call's time; `codec_seconds`:
+// the time its codec kernels took (0 for exact calls); `compute`: the element-wise time to
+// count against it (the measured codec time, or the model's reduction time).
+struct LinkSample {
+  bool host = false;
+  double seconds_per_byte = 0;
+};
+std::optional<LinkSample> link_sample(const Estimate& e, double seconds, double codec_seconds, double compute);
 
 // The sum of the parts as above; host_bytes < 0: every rank sends as much as the busiest.
 Estimate combine(double messages, double wire_bytes, double compute, double overlap, const Link& l,

@@ -84,6 +84,19 @@ void bind_cost(py::module_& m) {
         py::arg("codec"), py::arg("bytes"), py::arg("n"), py::arg("alpha"), py::arg("inv_bw"), py::arg("speed"),
         py::arg("feedback") = false, py::arg("reduce_scatter") = false,
         "SRA's segment length (elements) for such a call under codec='auto' (cost.h)");
+  // What a measured exact call teaches about the link (tuner.cc learn; cost.h link_sample):
+  // ("link" or "host", seconds per byte), or None.
+  c.def("link_sample_dense",
+        [](const std::string& algorithm, size_t bytes, int n, double alpha, double inv_bw, double inv_host,
+           double seconds) -> std::optional<std::pair<std::string, double>> {
+          const cost::Link l{alpha, inv_bw, cost::Link{}.reduce, inv_host};
+          const cost::Estimate e = cost::dense_allreduce(parse_algorithm(algorithm), bytes, n, l);
+          const auto w = cost::link_sample(e, seconds, 0, e.compute);
+          if (!w) return std::nullopt;
+          return std::make_pair(std::string(w->host ? "host" : "link"), w->seconds_per_byte);
+        },
+        py::arg("algorithm"), py::arg("bytes"), py::arg("n"), py::arg("alpha"), py::arg("inv_bw"),
+        py::arg("inv_host"), py::arg("seconds"));
   c.def("candidates",
         [](const std::string& setting) {
           std::vector<std::string> out;

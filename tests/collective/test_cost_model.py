@@ -144,3 +144,26 @@ def test_sra_segments_grow_where_the_codec_bounds_the_call():
         assert C.sra_segment_elems(codec, 64 * MIB, 4, 1e-4, GBIT / 10, SPEED) == fast
     slow = C.predict("q8", "sra", 64 * MIB, 4, 1e-4, GBIT, 0.0, SPEED)
     assert slow["wire"] > slow["compute"]
+
+
+def test_link_samples_come_from_calls_that_move_a_megabyte():
+    """What a measured exact call teaches the tuner about the link (cost::link_sample): nothing
+    from calls whose bytes a shaper's burst or a switch's buffer could pass at once (the star's
+    384 KiB through its root at 64 KiB over 4 ranks), the link's rate from one that moves
+    megabytes, the host's from one the host's copies bound."""
+    n, alpha, host = 4, 50e-6, GBIT / 4  # 4 Gbit/s of host copies
+    # 64 KiB star over a 1 Gbit/s link that passed it in 1.2 ms (a burst: 2.6 Gbit/s): no sample.
+    assert C.link_sample_dense("star", 64 << 10, n, alpha, GBIT, host, seconds=1.2e-3) is None
+    # 4 MiB star at the link's rate (6 x 4 MiB through the root at 1 Gbit/s): about 1 Gbit/s.
+    star = C.predict_dense("star", 4 * MIB, n, alpha, GBIT, inv_host=host)
+    kind, spb = C.link_sample_dense("star", 4 * MIB, n, alpha, GBIT, host, seconds=star["total"])
+    assert kind == "link" and spb == pytest.approx(GBIT, rel=0.1)
+    # twice as slow: the sample says so (a slower link is learned, not hidden)
+    _, slow = C.link_sample_dense("star", 4 * MIB, n, alpha, GBIT, host, seconds=2 * star["total"])
+    assert slow > 1.8 * GBIT
+    # a ring whose host's copies bound it (a 16 Gbit/s link on a 4 Gbit/s host) teaches the host
+    ring = C.predict_dense("ring", 64 * MIB, n, alpha, GBIT / 16, inv_host=host)
+    kind, spb = C.link_sample_dense("ring", 64 * MIB, n, alpha, GBIT / 16, host, seconds=ring["total"])
+    assert kind == "host" and spb == pytest.approx(host, rel=0.1)
+    # a call that was all latency (no time left beyond its messages) teaches nothing about bytes
+    assert C.link_sample_dense("star", 4 * MIB, n, alpha=10.0, inv_bw=GBIT, inv_host=host, seconds=1.0) is None
