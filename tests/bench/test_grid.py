@@ -1,5 +1,6 @@
 """`ringzip-bench grid`: the cell arithmetic on synthetic rows, and one tiny real run (loopback,
-2 ranks, one size, no repeats) through the CLI, `--preset auto_grid` spelling included."""
+2 ranks, one size, no repeats, its settling rounds counted) through the CLI, `--preset auto_grid`
+spelling included."""
 from __future__ import annotations
 
 import json
@@ -48,6 +49,9 @@ def test_tiny_grid_run(tmp_path):
     p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=240)
     assert p.returncode == 0, p.stderr[-3000:]
     doc = json.loads((tmp_path / "g.json").read_text())
+    # settling rounds (until every group's last calls ran by price): one count per size, all rows
+    assert len({r["settle_rounds"] for r in doc["rows"]}) == 1, doc["rows"]
+    assert 0 <= doc["rows"][0]["settle_rounds"] <= 40
     (cell,) = grid_report.cells(doc["rows"])
     assert set(cell["codec"]) == {"none", "q4", "auto"} and set(cell["dense"]) == {"ring"}, cell
     assert cell["chose"] and cell["predicted_codec"], cell

@@ -7,7 +7,9 @@ For every link (loopback, or an emulated --net rate in network namespaces, root)
 the ranks (grid_worker.py) run side by side, one ringzip group each: exact (algorithm auto), the
 fixed codecs, codec "auto", and the forced dense algorithms. Per size every configuration runs
 once per round, in turn, so load on a shared machine hits all alike: --warmup rounds (auto
-measures and explores), then timed rounds until the time budget is spent, at least --repeat;
+measures and explores), then rounds until every group's last 3 calls ran by price (at most 40,
+and no longer than the warm-up took), then timed rounds until the time budget is spent, at least
+--repeat;
 a configuration's time is the median round (slowest rank per call). Writes
 <out-dir>/<stem>.{md,json,png} (grid_report.py): auto's time over exact's and over the best fixed
 codec's per cell, the dense table (algorithm auto vs each forced one) and the cost model's

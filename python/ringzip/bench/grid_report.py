@@ -134,7 +134,8 @@ def _md(header: dict, cs: list[dict], errs: list[dict]) -> str:
            f"{h.get('load_after', float('nan')):.2f} after ({h.get('minutes', 0):.0f} min); torch {h['versions'].get('torch')}; "
            f"`{' '.join(h.get('argv') or [])}`", "", f"lscpu: {h.get('cpu_lscpu', '')}", "",
            "Times (us): per size, every configuration runs once per round, in turn (so load on the shared machine hits "
-           "all alike), after untimed warm-up rounds; a call's time is the slowest rank's, a configuration's the median "
+           "all alike), after untimed warm-up rounds and settling rounds (until every group's last 3 calls ran by price, at most "
+           "40 and no longer than the warm-up; settle_rounds in the JSON rows); a call's time is the slowest rank's, a configuration's the median "
            "over the timed rounds; ratios are medians of the per-round ratios. Where auto chose one way in every timed call, "
            "auto over that fixed way (the same work twice) shows the cell's noise (columns 'same'). min_numel=0: every fixed codec compresses at every size. auto = codec 'auto' "
            "(= auto:q4); exact = codec none, algorithm auto.", "",

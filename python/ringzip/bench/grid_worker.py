@@ -4,9 +4,11 @@ Usage: python -m ringzip.bench.grid_worker SPEC.json   (RANK, WORLD_SIZE, MASTER
 
 Per size, every configuration (a ringzip group each) runs once per round, in turn, so a burst of
 load on this shared machine hits all of them alike: first `warmup` rounds (auto measures and
-explores there), then timed rounds until the time budget is spent (at least `repeat`). A call's
-time is the slowest rank's; a configuration's time is the median over the timed rounds. Rank 0
-writes one JSON line per (size, configuration) to the events file.
+explores there), then settling rounds until every group's last SETTLE_CALM calls ran by price
+(the bench's rule, worker.py; at most SETTLE_MAX rounds and no longer than the warm-up took),
+then timed rounds until the time budget is spent (at least `repeat`). A call's time is the
+slowest rank's; a configuration's time is the median over the timed rounds. Rank 0 writes one
+JSON line per (size, configuration) to the events file.
 """
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from .worker import _choice_label
+from .worker import SETTLE_CALM, SETTLE_MAX, _choice_label
 
 
 def _groups(spec):
@@ -49,6 +51,21 @@ def _round(groups, x):
     return mine.tolist()
 
 
+def _settle(ringzip, groups, x, limit_s):
+    """Rounds until every group's last SETTLE_CALM calls ran by price, not as tries (at most
+    SETTLE_MAX rounds or `limit_s` seconds); every rank runs the same rounds. Returns how many."""
+    calm, t0 = 0, time.monotonic()
+    for k in range(SETTLE_MAX + 1):
+        tried = any((ringzip.stats(g).get("auto") or {}).get("last", {}).get("tried") for g in groups.values())
+        flags = torch.tensor([1.0 if tried else 0.0, 1.0 if time.monotonic() - t0 > limit_s else 0.0])
+        dist.all_reduce(flags, op=dist.ReduceOp.MAX)
+        calm = 0 if flags[0] else calm + 1
+        if calm >= SETTLE_CALM or flags[1] or k == SETTLE_MAX:
+            return k
+        _round(groups, x)
+    return SETTLE_MAX
+
+
 def _auto(ringzip, group, before):
     a = ringzip.stats(group).get("auto")
     if not a:
@@ -74,8 +91,10 @@ def main(argv=None) -> int:
     events = open(spec["events"], "a") if rank == 0 else None
     for size in spec["sizes"]:
         x = torch.randn(size // 4, generator=torch.Generator().manual_seed(size + rank))
+        t_warm = time.monotonic()
         for _ in range(spec["warmup"]):
             _round(groups, x)
+        settle = _settle(ringzip, groups, x, time.monotonic() - t_warm)
         before = {k: ringzip.stats(g).get("auto") for k, g in groups.items()}
         times, t_start, budget = [], time.monotonic(), spec["time_budget_s"] * len(groups)
         while True:
@@ -89,7 +108,8 @@ def main(argv=None) -> int:
             cfg = spec["configs"][j]
             col = [t[j] for t in times]
             row = {"op": "allreduce", "size_bytes": size, "dtype": "float32", "backend": "ringzip", "codec": cfg["codec"],
-                   "algorithm": cfg["algorithm"], "nproc": n, "iters": len(col), "time_us": statistics.median(col) * 1e6,
+                   "algorithm": cfg["algorithm"], "nproc": n, "iters": len(col), "settle_rounds": settle,
+                   "time_us": statistics.median(col) * 1e6,
                    "times_us": [t * 1e6 for t in col], **_auto(ringzip, g, before[key])}
             row["auto_choice"] = _choice_label(row.get("auto_codecs") or row.get("auto_algorithms"))
             if events:
