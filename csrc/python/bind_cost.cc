@@ -83,7 +83,7 @@ void bind_cost(py::module_& m) {
         },
         py::arg("codec"), py::arg("bytes"), py::arg("n"), py::arg("alpha"), py::arg("inv_bw"), py::arg("speed"),
         py::arg("feedback") = false, py::arg("reduce_scatter") = false,
-        "SRA's segment length (elements) for such a call under codec='auto' (cost.h)");
+        "SRA's segment length (elements) its plan sets for such a call (cost.h)");
   // What a measured exact call teaches about the link (tuner.cc learn; cost.h link_sample):
   // ("link" or "host", seconds per byte), or None.
   c.def("link_sample_dense",

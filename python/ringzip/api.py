@@ -48,7 +48,8 @@ def stats(group=None, reset: bool = False) -> dict:
     ``residual_bytes``, under ``topology`` the group's node layout (nodes, ranks_per_node,
     node_of, whether all-reduce and reduce-scatter run node-aware and if not why, the transport),
     and under ``auto``, once algorithm="auto" or codec="auto" has chosen anything or a fixed
-    codec's SRA call was planned (its segment length: a choice with one candidate), the cost
+    codec's SRA call was planned (its segment length: a choice with one candidate; calls whose
+    parts span more than one 2 MiB segment), the cost
     model's side: calls, refreshes of the agreed parameters (refresh_s: what the last one
     took), explorations and tours (calls that ran a way not measured at its size, to measure
     it), changes (lasting slowdowns seen: the running way's price grew 2x between two

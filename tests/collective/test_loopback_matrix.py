@@ -176,8 +176,8 @@ def test_compressed_sra_segments(mode, n, codec, bucket, size, stochastic, ef):
     check_allreduce(mode, n, codec, "sra", size, ef, bucket=bucket, stochastic=stochastic)
 
 
-# codec="auto" picks SRA's segment length per call (cost::sra_segment_elems): the bits of the
-# result and of the residuals must not depend on it, only the number of messages.
+# SRA's segment length is planned per call (cost::sra_segment_elems): the bits of the result
+# and of the residuals must not depend on it, only the number of messages.
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("n,codec,bucket,size,segment", [
     (3, "q4", 512, 3 * 5000 + 2, 1024),          # many segments of two buckets, uneven parts

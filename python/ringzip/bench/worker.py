@@ -122,7 +122,7 @@ SETTLE_CALM, SETTLE_MAX = 3, 40
 
 def _tried_or_not(ringzip_mod, group, run) -> float:
     """Runs one call; 1.0 if the cost model ran it as a try, 0.0 if by price, -1.0 if the call
-    did not go through the model (a fixed codec's compressed call)."""
+    did not go through the model (a fixed codec's call with nothing to plan)."""
     before = _auto_state(ringzip_mod, group)
     run()
     after = _auto_state(ringzip_mod, group)
