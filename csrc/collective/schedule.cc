@@ -51,6 +51,10 @@ class Executor {
 
   void sends_done() { wait_sends(earlier_sends_); }
 
+  void receive_next(int s) {
+    if (!grouped_ && posted_ == s + 1 && posted_ < sch_.steps) post_recvs(posted_++);
+  }
+
  private:
   void post_send(const Xfer& x) {
     sends_.push_back(c_.isend(x.data, x.bytes, x.peer, x.step));
@@ -117,6 +121,8 @@ void Step::send(const void* data, size_t bytes, int peer, uint32_t step, const c
 }
 
 void Step::sends_done() { x_.sends_done(); }
+
+void Step::receive_next() { x_.receive_next(s_); }
 
 int lookahead(const Comm& c, int cap) { return std::max(0, std::min(cap, c.net.lookahead())); }
 

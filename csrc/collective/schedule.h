@@ -51,6 +51,12 @@ class Step {
   void send(const void* data, size_t bytes, int peer, uint32_t step, const char* what);
   // Waits until every send made by earlier steps completed, so that their buffers may change.
   void sends_done();
+  // Says the buffers step index() + 1 receives into are free from here on: an eager executor
+  // posts that step's receives now, before this body's sends, for schedules that cannot post
+  // ahead (Schedule::ahead 0). Over Gloo a pairwise exchange whose two sides both send before
+  // either posts its receive runs one direction at a time: half the link's rate (16 MiB between
+  // two ranks over 1 Gbit/s: 270 ms sends first, 142 ms receives first).
+  void receive_next();
 
  private:
   friend class Executor;

@@ -1,5 +1,5 @@
 """Node-aware all-reduce and reduce-scatter (csrc/collective/hierarchy/) with n ranks as threads
-over the loopback transport, eager (Gloo-like) and grouped (NCCL-like), bit for bit against the
+over the loopback transport, gloo (eager, receives of exchanges posted first) and grouped (NCCL-like), bit for bit against the
 pure-torch oracle (ringzip.reference.hierarchy), on node layouts 2x2, 2x3, 3x2 and interleaved
 ranks; layouts that can't run node-aware are refused."""
 from __future__ import annotations
@@ -14,7 +14,7 @@ from ringzip.reference import hierarchy as RH
 from .test_loopback_matrix import gen, same
 
 L = _C.loopback
-MODES = ("eager", "grouped")
+MODES = ("gloo", "grouped")
 # node label of every rank: contiguous and interleaved ranks, labels in any order
 LAYOUTS = ([0, 0, 1, 1], [0, 1, 0, 1], [7, 7, 7, 3, 3, 3], [0, 1, 2, 0, 1, 2], [2, 2, 1, 1, 0, 0])
 CODECS = ("bf16", "q8", "q4", "q2", "q1", "topk:0.01", "randomk:0.01")

@@ -1,6 +1,7 @@
 """Every schedule of csrc/collective/ with 1-5 ranks as threads of this process over the loopback
-transport, in eager (Gloo-like) and grouped (NCCL-like) mode, bit for bit against the pure-torch
-simulation of n ranks (ringzip.reference.collectives; DESIGN.md §7).
+transport, in gloo mode (eager matching by tag, and every exchange posting its receive before its
+send, as Gloo needs for both directions to run at once) and grouped (NCCL-like) mode, bit for bit
+against the pure-torch simulation of n ranks (ringzip.reference.collectives; DESIGN.md §7).
 
   compressed all-reduce   codec (none, fp16, bf16, q8, q4, q2, q1, topk, randomk) x algorithm
                           (ring, sra; sparse for topk/randomk; auto) x world 1-5 x size (0, 1, odd,
@@ -29,7 +30,7 @@ from ringzip import _C
 from ringzip.reference import collectives as RC
 
 L = _C.loopback
-MODES = ("eager", "grouped")
+MODES = ("gloo", "grouped")
 WORLDS = (1, 2, 3, 4, 5)
 DENSE_CODECS = ("none", "fp16", "bf16", "q8", "q4", "q2", "q1")
 SPARSE_CODECS = ("topk:0.01", "randomk:0.01")

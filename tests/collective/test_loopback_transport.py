@@ -52,6 +52,20 @@ def test_eager_receive_from_any_source():
     assert sorted(got[1][1]) == [0, 2]
 
 
+def test_gloo_mode_wants_the_receive_of_an_exchange_before_its_send():
+    # Gloo sends a payload once the peer's receive-ready notice came, and a rank's notices queue
+    # behind its own payloads: a rank that sends before it posts the receive of an exchange
+    # makes its peer wait for the whole payload. Receive first, or other tags / peers, pass.
+    first = lambda peer: [R(peer, 4), S(peer, 4), W(0), W(1)]  # noqa: E731
+    got = run([first(1), first(0)], "gloo")
+    assert got[0][0][0].tolist() == [4] * 4 and got[1][0][0].tolist() == [4] * 4
+    run([[S(1, 4), R(1, 5), W(0), W(1)], [S(0, 5), R(0, 4), W(0), W(1)]], "gloo")
+    late = [[S(1, 4), R(1, 4), W(0), W(1)], [R(0, 4), S(0, 4), W(0), W(1)]]
+    run(late, "eager")
+    fails(late, "gloo", "rank 0 posted its receive from rank 1 (tag 0x4) after its send to that rank",
+          "one direction at a time")
+
+
 def test_eager_larger_receive_takes_a_smaller_message():
     got = run([[S(1, 9, 3), W(0)], [R(0, 9, 8), W(0)]])
     assert got[1][0][0].tolist() == [9, 9, 9, 0, 0, 0, 0, 0]

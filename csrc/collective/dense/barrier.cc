@@ -8,7 +8,7 @@
 namespace ringzip {
 
 // Step k sends round k's byte; step k+1 receives round k's byte (all into the same byte:
-// nothing is posted ahead).
+// posted once the one before landed, before step k's send).
 void barrier(Comm& c) {
   const int n = c.size(), r = c.rank();
   auto buf = c.dev.alloc(2);  // one byte out, one in
@@ -23,6 +23,7 @@ void barrier(Comm& c) {
   };
   sch.body = [&](int s, Step& st) {
     if (s > 0) st.wait(0);
+    st.receive_next();  // the byte is free: the round's receive goes before its send
     if (s < rounds) st.send(buf.get(), 1, (r + (1 << s)) % n, uint32_t(s), "barrier send to");
   };
   run(c, sch);

@@ -21,7 +21,7 @@
 //                   result to rank + p
 //   step 2K+2       ranks >= p receive the result
 // Halving receives share one scratch buffer, and doubling receives land in blocks this rank sent
-// away while halving: nothing may be posted ahead.
+// away while halving: nothing may be posted ahead of the step before (Step::receive_next).
 #include <vector>
 
 #include "collective/algorithms.h"
@@ -82,8 +82,9 @@ void hd_allreduce(Comm& c, Buf data, RedOp op) {
         c.dev.reduce_into(data.dtype, op, data.at(at), scratch.get(), len);
       }
     }
-    // The doubling receives (posted after this body) overwrite the halves sent while halving.
+    // The doubling receives (posted from here on) overwrite the halves sent while halving.
     if (q == K - 1) st.sends_done();
+    st.receive_next();  // before the send, so both directions of the exchange run at once
     if (s <= rounds) {  // round s-1: halving sends the partner's window, doubling this rank's
       const int m = mask(s - 1), partner = r ^ m;
       const auto [at, len] = span(s - 1 < K ? partner : r, m);

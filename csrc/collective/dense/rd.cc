@@ -10,7 +10,8 @@
 //   step 1+k      (k = 1..K) ranks < p add the buffer of rank ^ 2^(k-1) and send to rank ^ 2^k,
 //                 or, after the last exchange, the result to rank + p
 //   step K+2      ranks >= p receive the result
-// Every receive lands in the one scratch buffer (or, for the result, in data): nothing ahead.
+// Every receive lands in the one scratch buffer (or, for the result, in data): nothing is posted
+// ahead, but a step posts the next one's receive before its send (Step::receive_next).
 #include <vector>
 
 #include "collective/algorithms.h"
@@ -48,6 +49,7 @@ void rd_allreduce(Comm& c, Buf data, RedOp op) {
         c.dev.reduce_into(data.dtype, op, data.data, scratch.get(), data.count);
       }
     }
+    st.receive_next();  // scratch is free: the partner's buffer may land while ours travels
     if (s <= K)
       st.send(data.data, bytes, r ^ (1 << (s - 1)), static_cast<uint32_t>(s), "exchange send to");
     else

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <deque>
 #include <list>
+#include <map>
 #include <mutex>
 #include <sstream>
 #include <stdexcept>
@@ -39,7 +40,8 @@ std::string hex(uint32_t v) {
 LoopbackMode parse_loopback_mode(const std::string& s) {
   if (s == "eager") return LoopbackMode::Eager;
   if (s == "grouped") return LoopbackMode::Grouped;
-  throw std::invalid_argument("ringzip loopback: unknown mode '" + s + "' (expected eager or grouped)");
+  if (s == "gloo") return LoopbackMode::Gloo;
+  throw std::invalid_argument("ringzip loopback: unknown mode '" + s + "' (expected eager, grouped or gloo)");
 }
 
 // Everything below runs under `mu`; transfers are copies made by the thread whose post (or
@@ -55,6 +57,8 @@ struct LoopbackHub::State {
     std::deque<Group> groups;   // grouped: closed, unfinished, in stream order; front runs
     uint64_t next_group = 0;
     OpPtr waiting;              // what its thread blocks on
+    // Gloo mode: sends and receives posted so far per (peer, tag)
+    std::map<std::pair<int, uint32_t>, std::pair<uint64_t, uint64_t>> exchanges;
   };
 
   State(int n_, LoopbackMode m) : n(n_), mode(m), ranks(n_), pending_sends(n_), pending_recvs(n_),
@@ -88,7 +92,8 @@ struct LoopbackHub::State {
   }
 
   [[noreturn]] void fail_now(const std::string& why) const {
-    throw std::runtime_error("ringzip loopback (" + std::string(grouped() ? "grouped" : "eager") + "): " + why);
+    const char* name = grouped() ? "grouped" : mode == LoopbackMode::Gloo ? "gloo" : "eager";
+    throw std::runtime_error("ringzip loopback (" + std::string(name) + "): " + why);
   }
 
   void check_post(int rank) const {
@@ -179,6 +184,15 @@ struct LoopbackHub::State {
     return nullptr;
   }
 
+  void check_exchange_order(int rank, bool send, int peer, uint32_t tag) {
+    auto& [sends, recvs] = ranks[rank].exchanges[{peer, tag}];
+    if (!send && sends > recvs)
+      fail_now("rank " + std::to_string(rank) + " posted its receive from rank " + std::to_string(peer) + " (tag " +
+               hex(tag) + ") after its send to that rank under the same tag: over Gloo the receive's ready notice "
+               "then waits behind the payload, and the exchange runs one direction at a time");
+    ++(send ? sends : recvs);
+  }
+
   OpPtr post(int rank, bool send, void* data, size_t bytes, int peer, uint32_t tag) {
     check_post(rank);
     auto op = std::make_shared<Op>(Op{rank, peer, send, data, bytes, tag});
@@ -188,6 +202,7 @@ struct LoopbackHub::State {
       (send ? sendq[rank * n + peer] : recvq[rank * n + peer]).push_back(op);
       return op;
     }
+    if (mode == LoopbackMode::Gloo && peer >= 0) check_exchange_order(rank, send, peer, tag);
     if (send) {
       OpPtr r = take(pending_recvs[peer], [&](const Op& o) { return (o.peer == rank || o.peer < 0) && o.tag == tag; });
       if (!r) {
@@ -395,10 +410,11 @@ std::string LoopbackHub::failure() const {
 
 namespace {
 
-void check_rank(const LoopbackHub& hub, int rank, LoopbackMode mode) {
+void check_rank(const LoopbackHub& hub, int rank, bool grouped) {
   if (rank < 0 || rank >= hub.size())
     throw std::invalid_argument("ringzip loopback: rank " + std::to_string(rank) + " out of range");
-  if (hub.mode() != mode) throw std::invalid_argument("ringzip loopback: the hub runs the other mode");
+  if ((hub.mode() == LoopbackMode::Grouped) != grouped)
+    throw std::invalid_argument("ringzip loopback: the hub runs the other mode");
 }
 
 }  // namespace
@@ -409,7 +425,7 @@ std::unique_ptr<Transport> make_loopback_transport(std::shared_ptr<LoopbackHub> 
 }
 
 LoopbackTransport::LoopbackTransport(std::shared_ptr<LoopbackHub> hub, int rank) : hub_(std::move(hub)), rank_(rank) {
-  check_rank(*hub_, rank, LoopbackMode::Eager);
+  check_rank(*hub_, rank, false);
 }
 LoopbackTransport::~LoopbackTransport() { close(); }
 int LoopbackTransport::size() const { return hub_->size(); }
@@ -452,7 +468,7 @@ void LoopbackTransport::close() { hub_->s_->close(rank_); }
 
 LoopbackGroupedTransport::LoopbackGroupedTransport(std::shared_ptr<LoopbackHub> hub, int rank)
     : hub_(std::move(hub)), rank_(rank) {
-  check_rank(*hub_, rank, LoopbackMode::Grouped);
+  check_rank(*hub_, rank, true);
 }
 LoopbackGroupedTransport::~LoopbackGroupedTransport() { close(); }
 int LoopbackGroupedTransport::size() const { return hub_->size(); }

@@ -15,7 +15,11 @@
 //    between started groups. So a receive whose send sits in a later group of the peer
 //    deadlocks, as on NCCL. Sizes of matched operations must be equal; receive from any
 //    source is refused.
-//  Both modes: zero-byte posts complete at once and never reach the hub (as on Gloo and
+//  - Gloo: eager, and a rank that posts its receive from a peer after its send to that peer
+//    under the same tag fails at once. Gloo queues a pair's messages in posting order, the
+//    receive's ready notice included, and sends a payload only once the peer's notice came:
+//    such an exchange waits for one direction's payload before the other starts.
+//  All modes: zero-byte posts complete at once and never reach the hub (as on Gloo and
 //  NcclTransport). When every rank that has not closed waits for something that cannot
 //  happen any more, the hub reports the deadlock at once to all of them, listing what each
 //  rank waits for and what it has pending; a wait also fails when its timeout elapses.
@@ -30,9 +34,9 @@
 
 namespace ringzip {
 
-enum class LoopbackMode { Eager, Grouped };
+enum class LoopbackMode { Eager, Grouped, Gloo };
 
-LoopbackMode parse_loopback_mode(const std::string& s);  // "eager" or "grouped"
+LoopbackMode parse_loopback_mode(const std::string& s);  // "eager", "grouped" or "gloo"
 
 class LoopbackHub {
  public:
@@ -56,7 +60,7 @@ class LoopbackHub {
 // The transport of `rank` on the hub, of the hub's mode.
 std::unique_ptr<Transport> make_loopback_transport(std::shared_ptr<LoopbackHub> hub, int rank);
 
-// Eager mode.
+// Eager and Gloo modes.
 class LoopbackTransport final : public Transport {
  public:
   LoopbackTransport(std::shared_ptr<LoopbackHub> hub, int rank);
