@@ -55,4 +55,6 @@ def test_tiny_grid_run(tmp_path):
     (cell,) = grid_report.cells(doc["rows"])
     assert set(cell["codec"]) == {"none", "q4", "auto"} and set(cell["dense"]) == {"ring"}, cell
     assert cell["chose"] and cell["predicted_codec"], cell
+    auto = next(r for r in doc["rows"] if r["codec"] == "auto")
+    assert auto["auto_changes"] >= 0 and auto["auto_tours"] >= 0 and auto["auto_explorations"] >= 0, auto
     assert "| must hold |" in (tmp_path / "g.md").read_text()

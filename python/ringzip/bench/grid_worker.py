@@ -76,7 +76,10 @@ def _auto(ringzip, group, before):
             "auto_ways": delta("way_choices"),
             "predicted_us": {k: v * 1e6 for k, v in a["last"]["predicted_s"].items()},
             "model_us": {k: v * 1e6 for k, v in a["last"]["model_s"].items()}, "model_params": a["params"],
-            "auto_explorations": a["explorations"] - (before or {}).get("explorations", 0)}
+            "auto_explorations": a["explorations"] - (before or {}).get("explorations", 0),
+            # over the group's whole run, warm-up included: a change there moves the prices the
+            # timed calls choose from (docs/algorithms.md, "Known and not fixed")
+            "auto_changes": a["changes"], "auto_tours": a["tours"]}
 
 
 def main(argv=None) -> int:
