@@ -1,7 +1,7 @@
 """Node-aware all-reduce and reduce-scatter (csrc/collective/hierarchy/) with n ranks as threads
-over the loopback transport, gloo (eager, receives of exchanges posted first) and grouped (NCCL-like), bit for bit against the
-pure-torch oracle (ringzip.reference.hierarchy), on node layouts 2x2, 2x3, 3x2 and interleaved
-ranks; layouts that can't run node-aware are refused."""
+over the loopback transport, gloo mode (eager, every exchange posting its receive first) and
+grouped (NCCL-like), bit for bit against the pure-torch oracle (ringzip.reference.hierarchy), on
+node layouts 2x2, 2x3, 3x2 and interleaved ranks; layouts that can't run node-aware are refused."""
 from __future__ import annotations
 
 import pytest
