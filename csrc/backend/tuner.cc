@@ -25,9 +25,10 @@ constexpr size_t kProbeBytes = 1 << 20;
 // A refresh costs what the last one took (agreed; at least a small star all-reduce's price):
 // after at least kMinCalls calls, refresh once the calls since the last one were predicted to
 // take kCostRatio times that (so it costs ~1 %), and at the latest after kMaxCalls calls (a
-// change of the link shows within 20 calls). The model's star price alone was 7x below what a
+// change of the link shows within 20 calls: seen at the first refresh after three of its calls,
+// confirmed three calls later, kChange). The model's star price alone was 7x below what a
 // refresh took with 3 ranks on 2 cores (27 vs ~190 us), which refreshed every 4th 4 MiB call.
-constexpr uint64_t kMinCalls = 4, kMaxCalls = 16;
+constexpr uint64_t kMinCalls = 4, kMaxCalls = 12;
 constexpr double kCostRatio = 100;
 // After a switch by price, the refresh that re-measures the new way comes once it ran
 // kSamples times if those calls were predicted to take this many times a refresh (so it costs
@@ -51,6 +52,10 @@ constexpr uint64_t kExpireCalls = 128;
 // A way that got faster is not followed so: that needs no immediate move (expiry, kExpireCalls,
 // finds a faster way), and a way's first times at a size class settling downward (warm-up) would
 // move every price down.
+// A jump is acted on when the next refresh that brings the way new times still finds it (its
+// price still kChange x the old one): at 64 KiB a burst of other work hit three of five calls
+// often enough that 8 of 16 grid cells (a link that never changed, two runs) saw a change, and
+// each change's tour ran every candidate once in the timed calls (auto 1.4-2.2x exact there).
 constexpr double kChange = 2.0;
 // A way's calibration price is the median of its last five times. Not an optimistic order
 // statistic (the least, the second least): those fall with the number of samples, so a way
@@ -245,10 +250,21 @@ void Tuner::follow_changes(const std::map<std::string, double>& before) {
     double per_byte, factor;  // the running way's added seconds per link byte, and its new / old price
   };
   std::map<std::string, Change> changed;  // by size class (key prefix)
-  for (const auto& [key, old] : before) {
+  for (const auto& [key, last] : before) {
     const Measured& m = measured_[key];
-    if (old > 0 && m.wire > 0 && m.seconds >= kChange * old)
-      changed[key.substr(0, key.find(':') + 1)] = {(m.seconds - old) / m.wire, m.seconds / old};
+    if (last <= 0 || m.wire <= 0) continue;
+    const std::string prefix = key.substr(0, key.find(':') + 1);
+    auto jump = jumps_.find(prefix);
+    if (jump == jumps_.end()) {
+      if (m.seconds >= kChange * last) jumps_[prefix] = {key, last};
+      continue;
+    }
+    // The class's next look: the same way still up from before its jump, or the way the jump
+    // made it switch to up from its own price (exact's six ways each jumped in turn) -- a change;
+    // else a burst that passed.
+    const double old = jump->second.first == key ? jump->second.second : last;
+    if (m.seconds >= kChange * old) changed[prefix] = {(m.seconds - old) / m.wire, m.seconds / old};
+    jumps_.erase(jump);
   }
   changes_ += changed.size();
   for (const auto& [prefix, c] : changed) changed_classes_.insert(prefix);
@@ -278,7 +294,8 @@ void Tuner::maybe_refresh(Comm& c, const std::vector<CodecCandidate>* candidates
   // A way just tried for the first time at its size is agreed at once: its measurement decides.
   if (missing || since_ >= kMaxCalls || (!pending_.empty() && since_ >= 1) ||
       (since_ >= kMinCalls && predicted_since_ >= kCostRatio * cost) ||
-      (switched_ && since_ >= kSamples && predicted_since_ >= kSwitchCostRatio * cost))
+      (switched_ && since_ >= kSamples && predicted_since_ >= kSwitchCostRatio * cost) ||
+      (!jumps_.empty() && since_ >= kSamples))  // a jump's second look: three new times decide the median
     agree(c, candidates);
 }
 

@@ -22,12 +22,14 @@
 // way priced within 1.25x of the best is tried (exploration) until its price rests on three
 // times; one priced within 3x, of a codec in contention, is tried once per size class (the
 // tour: the model's blind spots, such as the tree over shared memory, are found by a try each);
-// exact, the baseline, is tried first wherever it is priced within 3x.
+// exact, the baseline, is tried first wherever it is priced within 3x, and an exact way the
+// model finds plausible is run until it has three times, whatever its first ones say.
 // A way's first call at a size class is not timed (one-time costs), so a try is two calls.
 // Measurements expire after 128 calls without a new sample, so a way that got faster is found
-// again. Where the running way's price grows 2x between two refreshes (a lasting slowdown of
-// the link or the host), its size class's other prices move by what the change added per link
-// byte and every candidate runs once again (tuner.cc, kChange). Whether a way is tried depends
+// again. Where the running way's price grows 2x between two refreshes and the next refresh that
+// brings it new times finds it so still (a lasting slowdown of the link or the host, not a
+// burst), its size class's other prices move by what the change added per link byte and every
+// candidate runs once again (tuner.cc, kChange). Whether a way is tried depends
 // on agreed values and earlier choices only, as above.
 #include <chrono>
 #include <deque>
@@ -126,8 +128,9 @@ class Tuner {
     std::vector<cost::Estimate> est;
     std::function<double(size_t way, size_t bytes)> model_at;
   };
-  // Prices the ways without a measurement from those with one (tuner_choice.cc).
-  static void price_unmeasured(const Ways& w, const std::vector<bool>& fresh, std::vector<double>& used);
+  // Prices the ways without a measurement from those with one (tuner_choice.cc); returns the
+  // class's excess over the model (the median of measured / model over the measured ways, >= 1).
+  static double price_unmeasured(const Ways& w, const std::vector<bool>& fresh, std::vector<double>& used);
   size_t choose(const Shape& s, const Ways& w, std::vector<double>& used, std::string& key, bool& tried);
   void maybe_refresh(Comm& c, const std::vector<CodecCandidate>* candidates);
   void probe(Comm& c);
@@ -167,6 +170,8 @@ class Tuner {
   bool switched_ = false;  // a switch by price since the last refresh (agreed: choices are)
   std::map<std::string, std::string> incumbent_;        // size class prefix -> the way chosen last
   std::set<std::string> changed_classes_;               // size classes after a change: every candidate runs once
+  // Size class -> (the running way's key, its price before) of a jump the next refresh confirms.
+  std::map<std::string, std::pair<std::string, double>> jumps_;
   // A way's first call at a size class pays one-time costs (scratch buffers, page faults: 1.4-2x
   // a later call's time), so it is not timed: it warms the way, and the next call of the class
   // runs the way again (rerun_), timed.

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <limits>
 
 #include <map>
 
@@ -58,7 +59,7 @@ cost::CodecSpeed Tuner::scaled(const std::string& name) const {
 // (never below the model). So when the link slows down under a compressed choice, the exact
 // ways -- priced from stale link figures -- carry the slowdown the codec's calls measured, and
 // once one exact way has run, its siblings are priced from it: one try, not six.
-void Tuner::price_unmeasured(const Ways& w, const std::vector<bool>& fresh, std::vector<double>& used) {
+double Tuner::price_unmeasured(const Ways& w, const std::vector<bool>& fresh, std::vector<double>& used) {
   std::vector<double> ratios;
   std::map<int, size_t> anchor;  // family -> its cheapest measured way
   for (size_t i = 0; i < used.size(); ++i) {
@@ -78,6 +79,7 @@ void Tuner::price_unmeasured(const Ways& w, const std::vector<bool>& fresh, std:
     const size_t a = it == anchor.end() ? i : it->second;
     used[i] = a != i && w.est[a].total > 0 ? used[a] * w.est[i].total / w.est[a].total : w.est[i].total * excess;
   }
+  return excess;
 }
 
 size_t Tuner::choose(const Shape& s, const Ways& w, std::vector<double>& used, std::string& key, bool& tried) {
@@ -96,7 +98,7 @@ size_t Tuner::choose(const Shape& s, const Ways& w, std::vector<double>& used, s
     fresh[i] = true;
     samples[i] = it->second.samples;
   }
-  if (calibrated) price_unmeasured(w, fresh, used);
+  const double excess = calibrated ? price_unmeasured(w, fresh, used) : 1.0;
   size_t best = cost::pick(used);
   std::string& last = incumbent_[prefix];
   if (calibrated && !last.empty()) {
@@ -116,7 +118,18 @@ size_t Tuner::choose(const Shape& s, const Ways& w, std::vector<double>& used, s
     auto wants = [&](size_t i, double room) {
       return i != best && samples[i] < kSamples && !pending_.count(prefix + w.names[i]) && used[i] <= room * used[best];
     };
-    auto room = [&](size_t i) { return samples[i] == 0 ? kExplore : kExplore * (1 + 0.3 * (kSamples - samples[i])); };
+    // While a codec is priced best, an exact way the model finds plausible (its model times the
+    // class's excess within kExplore of the best) gets its kSamples times whatever its first ones
+    // say: a burst of other work can make one time 10x the way's median, and priced from it the
+    // baseline lay beyond every room for 128 calls, its siblings with it (test_auto.py). Exact
+    // only: sampling every codec's ways so costs two more calls of each where the model favours
+    // codecs that lose; and not among the dense ways of algorithm="auto" (all exact).
+    auto room = [&](size_t i) {
+      if (samples[i] == 0) return kExplore;
+      if (w.family[i] == 0 && w.family[best] != 0 && w.est[i].total * excess <= kExplore * used[best])
+        return std::numeric_limits<double>::infinity();
+      return kExplore * (1 + 0.3 * (kSamples - samples[i]));
+    };
     // A candidate (a family: exact, or one codec) without a measured way is run first, at its
     // best way where the model puts it within kTour: exact, the baseline auto must not lose to,
     // at every size class (priced unmeasured from the compressed ways' excess over their model,

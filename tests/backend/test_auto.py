@@ -3,9 +3,9 @@ bad settings, every rank choosing the same although each measured (here: was tol
 link, the choice following a change of the link within 20 calls, error feedback across a flip
 from q4 to exact (nothing lost), auto:topk, reduce-scatter, stats per codec that ran, the
 dense algorithm choice, the tour that finds a way the model prices too high, a way priced by its
-slowest rank, exact measured where the model prices it out of exploration, and a lasting change
-of the measured times followed within 20 calls (docs/algorithms.md, "Choosing: the cost model"). Link measurements are
-injected (backend._tuner_inject), so the choices do not depend on this machine's load."""
+slowest rank, exact measured where the model prices it out of exploration, a lasting change of
+the measured times followed within 20 calls, and exact measured again after one slow time
+(docs/algorithms.md, "Choosing: the cost model"). Link measurements are injected (backend._tuner_inject), so the choices do not depend on this machine's load."""
 from __future__ import annotations
 
 import os
@@ -278,6 +278,29 @@ def auto_checks(ctx):
         backend_of(e)._tuner_inject_times(told)
         k_back, _ = _until(e, {"none"}, 200, count, rank)
         _same_everywhere((k_away, k_back), "when the choice left exact and came back")
+
+    b = dist.new_group(pg_options=ringzip.Options(codec="auto", min_numel=0))
+    with chk.case("one_slow_time_does_not_price_exact_out"):
+        # Exact, which the model prefers at this size, is slow at first (every codec wins) and
+        # fast later, while it does not run; once its measurement expires it is run again, and
+        # that one call meets a burst of other work (50x its later times, 10x every codec's).
+        # Priced from that time alone it would stay out for another 128 calls; a way the model
+        # finds plausible is measured three times before its price decides, so exact comes back.
+        backend_of(b)._tuner_inject(SLOW)
+        told = {f"{c}/{a}": 0.005 for c in ("bf16", "fp16", "q8", "q4") for a in ("ring", "sra")}
+        backend_of(b)._tuner_inject_times({**told, **{f"none/{a}": 0.05 for a in DENSE}})
+        _until(b, {"bf16", "fp16", "q8", "q4"}, 40, 1 << 10, rank)
+        ways = []
+        for k in range(200):
+            dist.all_reduce(torch.randn(1 << 10, generator=torch.Generator().manual_seed(k + rank)), group=b)
+            ways.append(ringzip.stats(b)["auto"]["last"]["way"])
+            if ways[-1].startswith("none/") and not any(w.startswith("none/") for w in ways[:-1]):
+                first = k  # the burst ends with exact's first call after the expiry
+                backend_of(b)._tuner_inject_times({**told, **{f"none/{a}": 0.001 for a in DENSE}})
+        _same_everywhere(ways, "the ways")
+        assert any(w.startswith("none/") for w in ways), ways  # the expiry brought exact back once
+        back = next((k for k in range(first + 1, len(ways)) if ways[k].startswith("none/")), None)
+        assert back is not None and back - first <= 5 and all(w.startswith("none/") for w in ways[-10:]), (first, ways)
     dist.destroy_process_group()
     return chk.result()
 
@@ -285,4 +308,4 @@ def auto_checks(ctx):
 def test_auto_in_process_groups():
     res = mp.run(auto_checks, 3, timeout=240)
     mp.raise_on_failures(mp.merge(res), "codec/algorithm auto")
-    assert len(set().union(*(r["passed"] for r in res))) == 13, [sorted(r["passed"]) for r in res]
+    assert len(set().union(*(r["passed"] for r in res))) == 14, [sorted(r["passed"]) for r in res]
