@@ -148,8 +148,9 @@ void Tuner::agree(Comm& c, const std::vector<CodecCandidate>* candidates) {
   const bool model_only = inj && !told_times;
   std::vector<double> v = {inj ? inj->first : least(alpha_, link_.alpha), inj ? inj->second : least(inv_bw_, link_.inv_bw),
                            host_reduce_speed(), least(codec_scale_, 1.0), model_only ? 1.0 : 0.0,
-                           inj ? 0.0 : least(inv_host_, link_.inv_host), agree_seconds_};
-  constexpr size_t kFixed = 7;
+                           inj ? 0.0 : least(inv_host_, link_.inv_host), agree_seconds_,
+                           inj ? 0.0 : way_price(call_)};
+  constexpr size_t kFixed = 8, kCall = 7;
   for (const auto& [key, old] : remeasure_) {  // every rank switched at the same call
     std::deque<double>& w = seconds_[key];
     if (w.size() > old) w.erase(w.begin(), w.begin() + static_cast<std::ptrdiff_t>(old));
@@ -181,7 +182,7 @@ void Tuner::agree(Comm& c, const std::vector<CodecCandidate>* candidates) {
         // ranks' mean priced the star and the tree (whose ranks finish far apart) at 0.2-0.4x
         // the call (256 KiB, 1 Gbit/s, 4 ranks: star priced 1.7 ms, its calls took ~8 ms), so
         // after the link slowed they kept running. The other figures are the ranks' mean.
-        const bool price = i >= first_price && (i - first_price) % 2 == 0;
+        const bool price = i == kCall || (i >= first_price && (i - first_price) % 2 == 0);
         double sum = 0, most = 0;
         for (int j = 0; j < n; ++j) sum += all[j][i], most = std::max(most, all[j][i]);
         v[i] = price ? most : sum / n;
@@ -198,7 +199,7 @@ void Tuner::agree(Comm& c, const std::vector<CodecCandidate>* candidates) {
   }
   std::lock_guard<std::mutex> lock(mu_);
   ++refreshes_;
-  link_ = cost::Link{v[0], v[1], v[2], v[5]};
+  link_ = cost::Link{v[0], v[1], v[2], v[5], v[kCall]};
   codec_scale_agreed_ = v[3];
   refresh_seconds_ = v[6];
   calibrate_ = v[4] == 0;  // a rank with injected figures: the model alone decides
@@ -324,12 +325,21 @@ void Tuner::learn(const Plan& p, double seconds, double codec_seconds) {
   // 64 KiB, which priced every codec out of the larger calls. Only calls with real codec work teach.
   constexpr double kCodecSample = 1e-3;
   if (p.codec_raw >= kCodecSample && codec_seconds > 0) push(codec_scale_, codec_seconds / p.codec_raw);
-  const double C = p.codec_raw > 0 ? codec_seconds : e.compute, keep = 1 - e.overlap;
+  const double C = p.codec_raw > 0 ? codec_seconds : e.compute;
   if (const auto w = p.teaches_link ? cost::link_sample(e, seconds, codec_seconds, C) : std::nullopt)
     push(w->host ? inv_host_ : inv_bw_, w->seconds_per_byte);  // cost.cc says which calls show the link
-  if (p.teaches_link && e.messages > 0 && e.latency >= 0.4 * e.total) {  // so does the per-message cost
-    const double W = e.wire, rest = std::max(W, C) + keep * std::min(W, C);
-    push(alpha_, (seconds - rest) / e.messages);
+  // The per-call cost: what a call's time leaves beyond the model's messages and bytes, from the
+  // calls too small to teach the link (under 1 MiB through the busiest link, cost::link_sample)
+  // whose bytes and element-wise work the model puts at a quarter of their time at most (at
+  // 64 KiB the model without it priced the calls 50-70 % below their times over every link,
+  // bench/results/auto_grid.md; larger calls' residuals are the link's and the overlap's errors,
+  // 2-9 ms at 4 MiB). Its median, on the slowest rank (agree): the figure is a call's, like a way's
+  // price. The probe's alpha stays the per-message cost: that residual used to teach alpha, as
+  // the least of three.
+  if (p.teaches_link && e.wire_bytes < cost::kLinkSampleBytes && e.wire + C <= 0.25 * seconds) {
+    const double rest = e.total - link_.call;
+    call_.push_back(std::max(0.0, seconds - rest));
+    if (call_.size() > kTimes) call_.pop_front();
   }
 }
 

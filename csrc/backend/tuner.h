@@ -159,6 +159,7 @@ class Tuner {
   // Local (this rank's) samples, the last few of each: their least (link figures) or median
   // (a way's times, way_price) is what this rank offers.
   std::deque<double> alpha_, inv_bw_, inv_host_, codec_scale_;
+  std::deque<double> call_;  // the per-call cost's samples (learn), their median offered
   std::map<std::string, std::deque<double>> seconds_;  // per calibration key
   std::map<std::string, size_t> sample_bytes_;          // the size of a key's last sample
   std::map<std::string, double> sample_wire_;           // and the model's bytes through the busiest link

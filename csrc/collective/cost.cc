@@ -41,9 +41,8 @@ double ceil_div(double a, double b) { return std::ceil(a / b); }
 // of codec="auto" over shared memory from running away once a star call taught a slower link:
 // docs/algorithms.md, "Known and not fixed".)
 std::optional<LinkSample> link_sample(const Estimate& e, double seconds, double codec_seconds, double compute) {
-  constexpr double kMinBytes = 1 << 20;
   const bool host_light = e.host_bound && e.wire < 0.25 * e.total;
-  if (e.wire_bytes < kMinBytes || host_light || seconds - codec_seconds - e.latency < 0.25 * seconds) return {};
+  if (e.wire_bytes < kLinkSampleBytes || host_light || seconds - codec_seconds - e.latency < 0.25 * seconds) return {};
   const double R = seconds - e.latency, keep = 1 - e.overlap, C = compute;
   double W = R - keep * C;                            // wire-bound: the codec's unhidden part adds to the wire
   if (W < C) W = keep > 0.05 ? (R - C) / keep : 0;  // codec-bound: the wire's unhidden part adds
@@ -58,7 +57,7 @@ Estimate combine(double messages, double wire_bytes, double compute, double over
   e.wire_bytes = wire_bytes;
   e.host_bytes = host_bytes < 0 ? wire_bytes : host_bytes;
   e.overlap = overlap;
-  e.latency = messages * l.alpha;
+  e.latency = messages * l.alpha + l.call;
   e.wire = wire_bytes * l.inv_bw;
   e.host_bound = e.host_bytes * l.inv_host > e.wire;
   if (e.host_bound) e.wire = e.host_bytes * l.inv_host;

@@ -23,6 +23,9 @@ struct Link {
   double inv_bw = 1.0 / 1e9;   // seconds per byte through one rank's link (each direction)
   double reduce = 1.0 / 4e9;   // seconds per byte of an element-wise float32 reduction (acc += x)
   double inv_host = 0;         // seconds per byte of the ranks' average traffic (shared host)
+  // Seconds every call costs beyond its messages and bytes: hand-offs between threads, ranks on
+  // shared cores waiting for each other and for a core (measured from small calls, tuner.cc).
+  double call = 0;
 };
 
 // One codec on this host, in seconds per byte of float32 input of each pass.
@@ -32,15 +35,19 @@ struct CodecSpeed {
   double feedback = 1.0 / 1e9;  // encode with error feedback (encode_feedback / topk_feedback)
 };
 
-// A prediction: total = latency + max(wire, compute) + (1 - overlap) * min(wire, compute).
-// messages and wire_bytes are the coefficients of alpha and inv_bw (what a measurement of the
-// call's time tells about them, backend/tuner.cc).
+// A prediction: total = latency + max(wire, compute) + (1 - overlap) * min(wire, compute), where
+// latency = messages * alpha + call. messages and wire_bytes are the coefficients of alpha and
+// inv_bw (what a measurement of the call's time tells about them, backend/tuner.cc).
 // wire = max(wire_bytes * inv_bw, host_bytes * inv_host); host_bound says which.
 struct Estimate {
   double total = 0, latency = 0, wire = 0, compute = 0;
   double messages = 0, wire_bytes = 0, host_bytes = 0, overlap = 0;
   bool host_bound = false;
 };
+
+// Below this many bytes through the busiest link a call teaches no link rate (cost.cc), but
+// the per-call cost (backend/tuner.cc).
+constexpr double kLinkSampleBytes = 1 << 20;
 
 // What a measured call of estimate e tells about the link: a sample of inv_bw (or of inv_host
 // where the host's copies bound it), seconds per byte; none where the call says more about

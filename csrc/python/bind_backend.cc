@@ -50,6 +50,7 @@ py::dict auto_state(const Tuner::Summary& s) {
   d["algorithm_choices"] = s.algorithm_choices;
   d["way_choices"] = s.way_choices;  // the codec or dense algorithm with the algorithm it ran
   params["alpha_s"] = s.link.alpha;
+  params["call_s"] = s.link.call;
   params["link_gbit"] = s.link.inv_bw > 0 ? 8e-9 / s.link.inv_bw : 0.0;
   params["host_gbit"] = s.link.inv_host > 0 ? 8e-9 / s.link.inv_host : 0.0;  // per rank, the host's copies
   params["reduce_gbyte_s"] = s.link.reduce > 0 ? 1e-9 / s.link.reduce : 0.0;

@@ -51,11 +51,12 @@ void bind_cost(py::module_& m) {
   auto c = m.def_submodule("cost", "the cost model behind algorithm='auto' and codec='auto'");
   c.def("predict_dense",
         [](const std::string& algorithm, size_t bytes, int n, double alpha, double inv_bw, double reduce,
-           double inv_host) {
-          return as_dict(cost::dense_allreduce(parse_algorithm(algorithm), bytes, n, {alpha, inv_bw, reduce, inv_host}));
+           double inv_host, double call) {
+          return as_dict(
+              cost::dense_allreduce(parse_algorithm(algorithm), bytes, n, {alpha, inv_bw, reduce, inv_host, call}));
         },
         py::arg("algorithm"), py::arg("bytes"), py::arg("n"), py::arg("alpha"), py::arg("inv_bw"),
-        py::arg("reduce") = cost::Link{}.reduce, py::arg("inv_host") = 0.0);
+        py::arg("reduce") = cost::Link{}.reduce, py::arg("inv_host") = 0.0, py::arg("call") = 0.0);
   c.def("best_dense",
         [](size_t bytes, int n, double alpha, double inv_bw, double reduce, double inv_host) {
           return std::string(algorithm_name(cost::best_dense(bytes, n, {alpha, inv_bw, reduce, inv_host})));

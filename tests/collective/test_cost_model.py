@@ -16,6 +16,16 @@ SPEED = (1 / 2e9, 1 / 2e9, 1 / 1e9)  # encode, decode, feedback: seconds per inp
 SPEEDS = {name: SPEED for name in ("bf16", "fp16", "q8", "q4", "q2", "q1", "topk:0.01")}
 
 
+def test_the_per_call_cost_adds_to_every_way_alike():
+    for a in ("ring", "rd", "star", "hd", "tree", "direct"):
+        base = C.predict_dense(a, MIB, 4, alpha=1e-4, inv_bw=GBIT)
+        e = C.predict_dense(a, MIB, 4, alpha=1e-4, inv_bw=GBIT, call=2e-3)
+        assert e["total"] == pytest.approx(base["total"] + 2e-3), a
+        assert e["latency"] == pytest.approx(base["latency"] + 2e-3), a  # not the link's: link_sample leaves it out
+        assert e["messages"] == base["messages"] and e["wire"] == pytest.approx(base["wire"]), a
+    assert C.predict_dense("ring", MIB, 1, alpha=1e-4, inv_bw=GBIT, call=2e-3)["total"] == 0  # one rank: no call
+
+
 def test_dense_terms_follow_the_schedules():
     S, n = 64 * MIB, 4
     ring = C.predict_dense("ring", S, n, alpha=0.0, inv_bw=GBIT, reduce=0.0)
