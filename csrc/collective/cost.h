@@ -37,7 +37,7 @@ struct CodecSpeed {
 
 // A prediction: total = latency + max(wire, compute) + (1 - overlap) * min(wire, compute), where
 // latency = messages * alpha + call. messages and wire_bytes are the coefficients of alpha and
-// inv_bw (what a measurement of the call's time tells about them, backend/tuner.cc).
+// inv_bw (a measured call teaches inv_bw, or the call cost where it is too small to: tuner.cc).
 // wire = max(wire_bytes * inv_bw, host_bytes * inv_host); host_bound says which.
 struct Estimate {
   double total = 0, latency = 0, wire = 0, compute = 0;
