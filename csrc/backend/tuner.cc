@@ -52,11 +52,17 @@ constexpr uint64_t kExpireCalls = 128;
 // A way that got faster is not followed so: that needs no immediate move (expiry, kExpireCalls,
 // finds a faster way), and a way's first times at a size class settling downward (warm-up) would
 // move every price down.
-// A jump is acted on when the next refresh that brings the way new times still finds it (its
-// price still kChange x the old one): at 64 KiB a burst of other work hit three of five calls
+// A jump is acted on when the refresh after its size class's next kSamples timed calls still
+// finds it (its price still kChange x the old one): at 64 KiB a burst of other work hit three of five calls
 // often enough that 8 of 16 grid cells (a link that never changed, two runs) saw a change, and
 // each change's tour ran every candidate once in the timed calls (auto 1.4-2.2x exact there).
 constexpr double kChange = 2.0;
+// The way a jump made the choice switch to had none of the jump's time in its price, so less of
+// a rise confirms the change: after 10 -> 1 Gbit/s at 256 KiB (4 ranks) the star jumped 3x, the
+// hd it switched to rose 1.5x (its 10 Gbit/s price 3.4 ms, then 5.1 ms) and, with kChange asked
+// of it too, exact ran 40 calls on where the codecs took 3.6-4.7 ms (1 of 5 follow runs; in
+// another q4 jumped and exact, switched to, held the rest). A burst that passed leaves it ~1x.
+constexpr double kSwitchedRise = 1.4;
 // A way's calibration price is the median of its last five times. Not an optimistic order
 // statistic (the least, the second least): those fall with the number of samples, so a way
 // tried once or twice was compared with the running way's second least of five on unequal
@@ -257,16 +263,21 @@ void Tuner::follow_changes(const std::map<std::string, double>& before) {
     const std::string prefix = key.substr(0, key.find(':') + 1);
     auto jump = jumps_.find(prefix);
     if (jump == jumps_.end()) {
-      if (m.seconds >= kChange * last) jumps_[prefix] = {key, last};
+      if (m.seconds >= kChange * last) jumps_[prefix] = {key, last, 0};
       continue;
     }
-    // The class's next look: the same way still up from before its jump, or the way the jump
-    // made it switch to up from its own price (exact's six ways each jumped in turn) -- a change;
-    // else a burst that passed.
-    const double old = jump->second.first == key ? jump->second.second : last;
-    if (m.seconds >= kChange * old) changed[prefix] = {(m.seconds - old) / m.wire, m.seconds / old};
+    if (jump->second.times < kSamples) continue;  // too few new times to move a median of five
+    // The class's next look: the same way still up kChange x from before its jump, or the way
+    // the jump made it switch to up kSwitchedRise x from its own price -- a change; else a burst
+    // that passed.
+    const bool same = jump->second.key == key;
+    const double old = same ? jump->second.old : last;
+    if (m.seconds >= (same ? kChange : kSwitchedRise) * old)
+      changed[prefix] = {(m.seconds - old) / m.wire, m.seconds / old};
     jumps_.erase(jump);
   }
+  // A look that found no running way with new times (they went to tries): the jump passes.
+  for (auto it = jumps_.begin(); it != jumps_.end();) it = it->second.times >= kSamples ? jumps_.erase(it) : std::next(it);
   changes_ += changed.size();
   for (const auto& [prefix, c] : changed) changed_classes_.insert(prefix);
   for (auto& [key, m] : measured_) {
@@ -296,8 +307,12 @@ void Tuner::maybe_refresh(Comm& c, const std::vector<CodecCandidate>* candidates
   if (missing || since_ >= kMaxCalls || (!pending_.empty() && since_ >= 1) ||
       (since_ >= kMinCalls && predicted_since_ >= kCostRatio * cost) ||
       (switched_ && since_ >= kSamples && predicted_since_ >= kSwitchCostRatio * cost) ||
-      (!jumps_.empty() && since_ >= kSamples))  // a jump's second look: three new times decide the median
+      looks_due())
     agree(c, candidates);
+}
+
+bool Tuner::looks_due() const {  // a jump's class ran kSamples timed calls since: its look
+  return std::any_of(jumps_.begin(), jumps_.end(), [](const auto& j) { return j.second.times >= kSamples; });
 }
 
 void Tuner::observe(const Plan& p, double seconds, double codec_seconds) {
@@ -317,6 +332,8 @@ void Tuner::observe(const Plan& p, double seconds, double codec_seconds) {
   sample_bytes_[p.key] = p.bytes;
   sample_wire_[p.key] = p.est.wire_bytes;
   dirty_.insert(p.key);
+  auto jump = jumps_.find(p.key.substr(0, p.key.find(':') + 1));  // the same calls on every rank
+  if (jump != jumps_.end()) ++jump->second.times;
 }
 
 void Tuner::learn(const Plan& p, double seconds, double codec_seconds) {

@@ -26,9 +26,9 @@
 // model finds plausible is run until it has three times, whatever its first ones say.
 // A way's first call at a size class is not timed (one-time costs), so a try is two calls.
 // Measurements expire after 128 calls without a new sample, so a way that got faster is found
-// again. Where the running way's price grows 2x between two refreshes and the next refresh that
-// brings it new times finds it so still (a lasting slowdown of the link or the host, not a
-// burst), its size class's other prices move by what the change added per link byte and every
+// again. Where the running way's price grows 2x between two refreshes and the refresh after
+// the class's next three timed calls finds it so still (a lasting slowdown of the link or the
+// host, not a burst), its size class's other prices move by what the change added per link byte and every
 // candidate runs once again (tuner.cc, kChange). Whether a way is tried depends
 // on agreed values and earlier choices only, as above.
 #include <chrono>
@@ -133,6 +133,7 @@ class Tuner {
   static double price_unmeasured(const Ways& w, const std::vector<bool>& fresh, std::vector<double>& used);
   size_t choose(const Shape& s, const Ways& w, std::vector<double>& used, std::string& key, bool& tried);
   void maybe_refresh(Comm& c, const std::vector<CodecCandidate>* candidates);
+  bool looks_due() const;
   void probe(Comm& c);
   // observe()'s refinement of this rank's link and codec figures from a measured call.
   void learn(const Plan& p, double seconds, double codec_seconds);
@@ -171,8 +172,14 @@ class Tuner {
   bool switched_ = false;  // a switch by price since the last refresh (agreed: choices are)
   std::map<std::string, std::string> incumbent_;        // size class prefix -> the way chosen last
   std::set<std::string> changed_classes_;               // size classes after a change: every candidate runs once
-  // Size class -> (the running way's key, its price before) of a jump the next refresh confirms.
-  std::map<std::string, std::pair<std::string, double>> jumps_;
+  // A jump of a running way's price, by size class, for the look that confirms it: the way, its
+  // price before, and the class's timed calls since (the look waits for kSamples of them).
+  struct Jump {
+    std::string key;
+    double old = 0;
+    size_t times = 0;
+  };
+  std::map<std::string, Jump> jumps_;
   // A way's first call at a size class pays one-time costs (scratch buffers, page faults: 1.4-2x
   // a later call's time), so it is not timed: it warms the way, and the next call of the class
   // runs the way again (rerun_), timed.
