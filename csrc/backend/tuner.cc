@@ -255,6 +255,7 @@ std::map<std::string, double> Tuner::running_prices() const {
 void Tuner::follow_changes(const std::map<std::string, double>& before) {
   struct Change {
     double per_byte, factor;  // the running way's added seconds per link byte, and its new / old price
+    std::string jumped;       // the way whose jump it confirms: measured since, not moved
   };
   std::map<std::string, Change> changed;  // by size class (key prefix)
   for (const auto& [key, last] : before) {
@@ -273,7 +274,7 @@ void Tuner::follow_changes(const std::map<std::string, double>& before) {
     const bool same = jump->second.key == key;
     const double old = same ? jump->second.old : last;
     if (m.seconds >= (same ? kChange : kSwitchedRise) * old)
-      changed[prefix] = {(m.seconds - old) / m.wire, m.seconds / old};
+      changed[prefix] = {(m.seconds - old) / m.wire, m.seconds / old, jump->second.key};
     jumps_.erase(jump);
   }
   // A look that found no running way with new times (they went to tries): the jump passes.
@@ -282,7 +283,7 @@ void Tuner::follow_changes(const std::map<std::string, double>& before) {
   for (const auto& [prefix, c] : changed) changed_classes_.insert(prefix);
   for (auto& [key, m] : measured_) {
     auto it = changed.find(key.substr(0, key.find(':') + 1));
-    if (it == changed.end() || before.count(key)) continue;
+    if (it == changed.end() || before.count(key) || key == it->second.jumped) continue;
     // No further than the running way moved: what it gained may be the host's, not the link's
     // (a burst of other work), and exact, with 8x q4's bytes, priced 13x its time for 128 calls.
     const Change& c = it->second;
