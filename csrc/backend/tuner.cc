@@ -71,11 +71,17 @@ constexpr double kSwitchedRise = 1.4;
 // moves it only when it hits most of the five calls.
 constexpr size_t kTimes = 5;
 
-void push(std::deque<double>& w, double x) {
-  if (!std::isfinite(x) || x <= 0) return;
+void keep_last(std::deque<double>& w, double x, size_t n) {
   w.push_back(x);
-  if (w.size() > kWindow) w.pop_front();
+  if (w.size() > n) w.pop_front();
 }
+
+void push(std::deque<double>& w, double x) {
+  if (std::isfinite(x) && x > 0) keep_last(w, x, kWindow);
+}
+
+// A calibration key's size class ("<n><ar|rs><class>:"), the part before its way's name.
+std::string size_class_of(const std::string& key) { return key.substr(0, key.find(':') + 1); }
 
 double least(const std::deque<double>& w, double fallback) {
   return w.empty() ? fallback : *std::min_element(w.begin(), w.end());
@@ -134,7 +140,7 @@ void Tuner::probe(Comm& c) {
   for (uint32_t i = 5; i <= 7; ++i) big.push_back(ring_step(c, out, in, kProbeBytes, kProbeStep + i));
   for (uint32_t i = 8; i <= 9; ++i) gather_small.push_back(gather_step(c, out, in, 8, kProbeStep + i));
   for (uint32_t i = 10; i <= 11; ++i) gather_big.push_back(gather_step(c, out, in, kProbeBytes, kProbeStep + i));
-  push(alpha_, least(small, 0));
+  probe_alpha_ = least(small, 0);
   // A ring round moves one buffer per rank, on every rank's link at once: what the host copies
   // per rank. A gather moves n-1 buffers through rank 0's link alone.
   push(inv_host_, (least(big, 0) - least(small, 0)) / kProbeBytes);
@@ -152,7 +158,8 @@ void Tuner::agree(Comm& c, const std::vector<CodecCandidate>* candidates) {
   }
   // Injected link figures alone: the model decides; with injected times too, they calibrate it.
   const bool model_only = inj && !told_times;
-  std::vector<double> v = {inj ? inj->first : least(alpha_, link_.alpha), inj ? inj->second : least(inv_bw_, link_.inv_bw),
+  const double alpha = probe_alpha_ > 0 ? probe_alpha_ : link_.alpha;
+  std::vector<double> v = {inj ? inj->first : alpha, inj ? inj->second : least(inv_bw_, link_.inv_bw),
                            host_reduce_speed(), least(codec_scale_, 1.0), model_only ? 1.0 : 0.0,
                            inj ? 0.0 : least(inv_host_, link_.inv_host), agree_seconds_,
                            inj ? 0.0 : way_price(call_)};
@@ -261,7 +268,7 @@ void Tuner::follow_changes(const std::map<std::string, double>& before) {
   for (const auto& [key, last] : before) {
     const Measured& m = measured_[key];
     if (last <= 0 || m.wire <= 0) continue;
-    const std::string prefix = key.substr(0, key.find(':') + 1);
+    const std::string prefix = size_class_of(key);
     auto jump = jumps_.find(prefix);
     if (jump == jumps_.end()) {
       if (m.seconds >= kChange * last) jumps_[prefix] = {key, last, 0};
@@ -282,7 +289,7 @@ void Tuner::follow_changes(const std::map<std::string, double>& before) {
   changes_ += changed.size();
   for (const auto& [prefix, c] : changed) changed_classes_.insert(prefix);
   for (auto& [key, m] : measured_) {
-    auto it = changed.find(key.substr(0, key.find(':') + 1));
+    auto it = changed.find(size_class_of(key));
     if (it == changed.end() || before.count(key) || key == it->second.jumped) continue;
     // No further than the running way moved: what it gained may be the host's, not the link's
     // (a burst of other work), and exact, with 8x q4's bytes, priced 13x its time for 128 calls.
@@ -327,14 +334,14 @@ void Tuner::observe(const Plan& p, double seconds, double codec_seconds) {
   if (p.key.empty()) return;
   if (warmed_.insert(p.key).second && !told) return;  // its first call: one-time costs, untimed
   if (!told) learn(p, seconds, codec_seconds);
-  std::deque<double>& w = seconds_[p.key];
-  w.push_back(seconds);
-  if (w.size() > kTimes) w.pop_front();
+  keep_last(seconds_[p.key], seconds, kTimes);
   sample_bytes_[p.key] = p.bytes;
   sample_wire_[p.key] = p.est.wire_bytes;
   dirty_.insert(p.key);
-  auto jump = jumps_.find(p.key.substr(0, p.key.find(':') + 1));  // the same calls on every rank
-  if (jump != jumps_.end()) ++jump->second.times;
+  if (!jumps_.empty()) {  // the same calls on every rank, so the same counts
+    auto jump = jumps_.find(size_class_of(p.key));
+    if (jump != jumps_.end()) ++jump->second.times;
+  }
 }
 
 void Tuner::learn(const Plan& p, double seconds, double codec_seconds) {
@@ -355,9 +362,7 @@ void Tuner::learn(const Plan& p, double seconds, double codec_seconds) {
   // price. The probe's alpha stays the per-message cost: that residual used to teach alpha, as
   // the least of three.
   if (p.teaches_link && e.wire_bytes < cost::kLinkSampleBytes && e.wire + C <= 0.25 * seconds) {
-    const double rest = e.total - link_.call;
-    call_.push_back(std::max(0.0, seconds - rest));
-    if (call_.size() > kTimes) call_.pop_front();
+    keep_last(call_, std::max(0.0, seconds - (e.total - link_.call)), kTimes);  // zeros count: a median
   }
 }
 

@@ -159,7 +159,8 @@ class Tuner {
   double agree_seconds_ = 0;  // this rank's time of the last agreement (offered at the next)
   // Local (this rank's) samples, the last few of each: their least (link figures) or median
   // (a way's times, way_price) is what this rank offers.
-  std::deque<double> alpha_, inv_bw_, inv_host_, codec_scale_;
+  std::deque<double> inv_bw_, inv_host_, codec_scale_;
+  double probe_alpha_ = 0;   // the probe's per-message time (0: none yet, the default's)
   std::deque<double> call_;  // the per-call cost's samples (learn), their median offered
   std::map<std::string, std::deque<double>> seconds_;  // per calibration key
   std::map<std::string, size_t> sample_bytes_;          // the size of a key's last sample
