@@ -199,6 +199,30 @@ RZ_AVX2 float q1_pack_avx2(const float* x, int64_t L, uint8_t* out) {
   return rz_div(q1_combine(l), (float)L);
 }
 
+// Bit j of the packed bytes picks lane j % 8's sign: a byte broadcast, masked per lane, then a
+// blend of the two values; Add adds local afterwards (value + local, as q1_add).
+template <bool Add>
+RZ_AVX2 void q1_values(const uint8_t* in, int64_t L, float scale, const float* local, float* sum) {
+  const __m256i bit = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
+  const __m256 pos = _mm256_set1_ps(scale), neg = _mm256_set1_ps(-scale);
+  int64_t j = 0;
+  for (; j + 8 <= L; j += 8) {
+    if (Add && (j & 31) == 0) _mm_prefetch(reinterpret_cast<const char*>(local + j + kAhead), _MM_HINT_T0);
+    const __m256i set = _mm256_cmpeq_epi32(_mm256_and_si256(_mm256_set1_epi32(in[j / 8]), bit), bit);
+    __m256 v = _mm256_blendv_ps(neg, pos, _mm256_castsi256_ps(set));
+    if (Add) v = _mm256_add_ps(v, _mm256_loadu_ps(local + j));
+    _mm256_storeu_ps(sum + j, v);
+  }
+  for (; j < L; ++j) {
+    const float v = (in[j / 8] >> (j % 8)) & 1 ? scale : -scale;
+    sum[j] = Add ? v + local[j] : v;
+  }
+}
+
+RZ_AVX2 void q1_unpack_add_avx2(const uint8_t* in, int64_t L, float scale, const float* local, float* sum) {
+  local ? q1_values<true>(in, L, scale, local, sum) : q1_values<false>(in, L, scale, local, sum);
+}
+
 const FusedQuant* fused_quant_avx2() {
   static const FusedQuant k = FusedQuantOf<Kernels>::table("avx2");
   static const bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");

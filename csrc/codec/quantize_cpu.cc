@@ -41,7 +41,12 @@ struct Scratch {
   std::vector<float> x;      // widened / summed bucket input
   std::vector<uint32_t> w;   // Philox blocks (dither bytes of the bucket: philox_fill_bytes)
   std::vector<uint8_t> c;    // unpacked codes
+  std::vector<float> z;      // zeros for the kernels that add (made on first use)
   explicit Scratch(int64_t bucket) : x(bucket + 8), w(bucket + 8), c(bucket + 8) {}
+  const float* zeros(int64_t L) {
+    if (static_cast<int64_t>(z.size()) < L) z.assign(L, 0.0f);
+    return z.data();
+  }
 };
 
 }  // namespace
@@ -287,17 +292,11 @@ RZ_CLONES bool unpack(int bits, const uint8_t* in, int64_t L, uint8_t* c) {
 RZ_CLONES void values_store(const uint8_t* c, int64_t L, float step, int s, float* out) {
   for (int64_t j = 0; j < L; ++j) out[j] = quant_value(c[j], step, s);
 }
-RZ_CLONES void values_acc(const uint8_t* c, int64_t L, float step, int s, float* out) {
-  for (int64_t j = 0; j < L; ++j) out[j] = rz_add(out[j], quant_value(c[j], step, s));
-}
 RZ_CLONES void values_add(const uint8_t* c, int64_t L, float step, int s, const float* local, float* out) {
   for (int64_t j = 0; j < L; ++j) out[j] = rz_add(quant_value(c[j], step, s), local[j]);
 }
 RZ_CLONES void q1_store(const uint8_t* c, int64_t L, float scale, float* out) {
   for (int64_t j = 0; j < L; ++j) out[j] = q1_value(c[j], scale);
-}
-RZ_CLONES void q1_acc(const uint8_t* c, int64_t L, float scale, float* out) {
-  for (int64_t j = 0; j < L; ++j) out[j] = rz_add(out[j], q1_value(c[j], scale));
 }
 RZ_CLONES void q1_add(const uint8_t* c, int64_t L, float scale, const float* local, float* out) {
   for (int64_t j = 0; j < L; ++j) out[j] = rz_add(q1_value(c[j], scale), local[j]);
@@ -390,6 +389,28 @@ void read_codes(const QParams& p, const uint8_t* code_in, int64_t L, int64_t b, 
          " out of range in bucket " + std::to_string(b));
 }
 
+// out[j] = the value of packed code j of bucket b (with local: plus local[j], added after), in
+// one sweep from the packed codes where the CPU has the fused kernels, else unpacked first (in
+// sc.c). Throws on a code no encoder writes. out may be local.
+void decode_bucket(const QParams& p, const uint8_t* codes, int64_t L, int64_t b, float scale, const float* local,
+                   float* out, Scratch& sc) {
+  const FusedQuant* fused = fused_quant();
+  if (fused && p.bits == 1) return fused->q1_unpack_add(codes, L, scale, local, out);
+  const float step = p.bits > 1 ? quant_step(scale, p.s) : 0.0f;
+  uint32_t unused;
+  // The q8/q4/q2 kernel always adds: onto +0 the value is unchanged unless it is -0, which
+  // only a step of 0 makes.
+  if (fused && (local || step != 0.0f) &&
+      fused->unpack_add(p.bits, codes, L, step, local ? local : sc.zeros(L), out, &unused))
+    return;
+  uint8_t* c = sc.c.data();
+  read_codes(p, codes, L, b, c);  // where the kernel found a bad code, names it and throws
+  if (p.bits == 1)
+    local ? q1_add(c, L, scale, local, out) : q1_store(c, L, scale, out);
+  else
+    local ? values_add(c, L, step, p.s, local, out) : values_store(c, L, step, p.s, out);
+}
+
 }  // namespace
 
 namespace {
@@ -474,19 +495,12 @@ void quant_decode(const Spec& sp, const uint8_t* in, int64_t n, float* out, bool
   QParams p = qparams(sp);
   int64_t B = p.bucket < n ? p.bucket : n;
   Scratch sc(B);
-  uint8_t* c = sc.c.data();
   int64_t nb = (n + p.bucket - 1) / p.bucket;
   const uint8_t* codes = in + 4 * nb;
   for (int64_t b = 0; b < nb; ++b) {
     int64_t begin = b * p.bucket, L = n - begin < p.bucket ? n - begin : p.bucket;
-    float scale = read_scale(in + 4 * b, b);
-    read_codes(p, codes + begin * p.bits / 8, L, b, c);
-    if (p.bits == 1) {
-      acc ? q1_acc(c, L, scale, out + begin) : q1_store(c, L, scale, out + begin);
-    } else {
-      float step = quant_step(scale, p.s);
-      acc ? values_acc(c, L, step, p.s, out + begin) : values_store(c, L, step, p.s, out + begin);
-    }
+    decode_bucket(p, codes + begin * p.bits / 8, L, b, read_scale(in + 4 * b, b), acc ? out + begin : nullptr,
+                  out + begin, sc);
   }
 }
 
@@ -495,7 +509,6 @@ void quant_decode_add_encode(const Spec& sp, const uint8_t* in, const float* loc
   QParams p = qparams(sp);
   int64_t B = p.bucket < n ? p.bucket : n;
   Scratch sc(B);
-  std::vector<uint8_t> cin(B + 8);
   const FusedQuant* fused = p.bits > 1 ? fused_quant() : nullptr;
   int64_t nb = (n + p.bucket - 1) / p.bucket;
   const uint8_t* codes_in = in + 4 * nb;
@@ -507,14 +520,10 @@ void quant_decode_add_encode(const Spec& sp, const uint8_t* in, const float* loc
     uint32_t am;
     if (fused) {  // decode + add + max |sum| in one sweep
       if (!fused->unpack_add(p.bits, codes_in + begin * p.bits / 8, L, quant_step(scale, p.s), local + begin, sum, &am))
-        read_codes(p, codes_in + begin * p.bits / 8, L, b, cin.data());  // names the bad code and throws
+        read_codes(p, codes_in + begin * p.bits / 8, L, b, sc.c.data());  // names the bad code and throws
     } else {
-      read_codes(p, codes_in + begin * p.bits / 8, L, b, cin.data());
-      if (p.bits == 1)
-        q1_add(cin.data(), L, scale, local + begin, sum);
-      else
-        values_add(cin.data(), L, quant_step(scale, p.s), p.s, local + begin, sum);
-      am = amax_bits(sum, L);
+      decode_bucket(p, codes_in + begin * p.bits / 8, L, b, scale, local + begin, sum, sc);
+      am = bucket_amax(sum, L);
     }
     encode_bucket(p, sum, L, am, (uint64_t)(off + begin), enc_key, sc, out + 4 * b, codes_out + begin * p.bits / 8,
                   false);
@@ -526,9 +535,8 @@ bool quant_reduce_encode(const Spec& sp, const uint8_t* const* in, int m, float*
   const QParams p = qparams(sp);
   const int64_t B = p.bucket < n ? p.bucket : n;
   Scratch sc(B);
-  std::vector<uint8_t> cin(B + 8);
-  const FusedQuant* fused = p.bits > 1 ? fused_quant() : nullptr;
-  const std::vector<float> zeros(fused ? B : 0, 0.0f);  // decode back = unpack_add onto +0 (exact)
+  const FusedQuant* fused = fused_quant();
+  const bool fused_add = fused && p.bits > 1;  // the q8/q4/q2 kernel also finds max |sum|
   const int64_t nb = (n + p.bucket - 1) / p.bucket;
   uint32_t worst = 0;
   for (int64_t b = 0; b < nb; ++b) {
@@ -540,24 +548,19 @@ bool quant_reduce_encode(const Spec& sp, const uint8_t* const* in, int m, float*
     if (m == 0) std::memcpy(sum, local, 4 * L);
     for (int j = 0; j < m; ++j, local = sum) {
       const float scale = read_scale(in[j] + 4 * b, b);
-      if (fused) {
+      if (fused_add) {
         if (!fused->unpack_add(p.bits, in[j] + code_at, L, quant_step(scale, p.s), local, sum, &am))
-          read_codes(p, in[j] + code_at, L, b, cin.data());  // names the bad code and throws
+          read_codes(p, in[j] + code_at, L, b, sc.c.data());  // names the bad code and throws
         continue;
       }
-      read_codes(p, in[j] + code_at, L, b, cin.data());
-      if (p.bits == 1)
-        q1_add(cin.data(), L, scale, local, sum);
-      else
-        values_add(cin.data(), L, quant_step(scale, p.s), p.s, local, sum);
+      decode_bucket(p, in[j] + code_at, L, b, scale, local, sum, sc);
     }
-    if (!fused || m == 0) am = bucket_amax(sum, L);
+    if (!fused_add || m == 0) am = bucket_amax(sum, L);
     encode_bucket(p, sum, L, am, (uint64_t)(off + begin), key, sc, out + 4 * b, out + code_at, !fused);
     float scale;
     std::memcpy(&scale, out + 4 * b, 4);
     if (fused) {  // the codes just packed, decoded in cache
-      uint32_t unused;
-      fused->unpack_add(p.bits, out + code_at, L, quant_step(scale, p.s), zeros.data(), acc + begin, &unused);
+      decode_bucket(p, out + code_at, L, b, scale, nullptr, acc + begin, sc);
       for (int64_t j = 0; r && j < L; ++j) {
         r[begin + j] = rz_sub(sum[j], acc[begin + j]);
         worst = std::max(worst, abs_bits(r[begin + j]));

@@ -1,5 +1,5 @@
 // Fused bucket kernels of the q8/q4/q2/q1 codecs: quantize_avx512.cc (AVX-512 F/BW/VL/VBMI) and
-// quantize_avx2.cc (AVX2 + FMA; its q1 kernel serves both sets). quantize_cpu.cc uses the widest set the CPU runs and falls back
+// quantize_avx2.cc (AVX2 + FMA; its q1 kernels serve both sets). quantize_cpu.cc uses the widest set the CPU runs and falls back
 // to its portable passes otherwise; all produce the same bytes (docs/wire-format.md), the
 // portable passes being the readable statement of the arithmetic.
 #pragma once
@@ -23,10 +23,14 @@ struct FusedQuant {
   // q1 of a finite bucket: the bits (x >= 0) packed LSB-first into ceil(L / 8) bytes of out,
   // unused high bits 0; returns the scale fl(q1 lane sum / L) (quantize_math.h's order).
   float (*q1_pack)(const float* x, int64_t L, uint8_t* out);
+  // q1 decode of L packed bits: sum[j] = q1_value(bit j, scale), plus local[j] (added after,
+  // as q1_add) unless local is null. Every bit pattern is valid.
+  void (*q1_unpack_add)(const uint8_t* in, int64_t L, float scale, const float* local, float* sum);
 };
 
-// The AVX2 q1 kernel, which the AVX-512 set shares (quantize_avx2.cc).
+// The AVX2 q1 kernels, which the AVX-512 set shares (quantize_avx2.cc).
 float q1_pack_avx2(const float* x, int64_t L, uint8_t* out);
+void q1_unpack_add_avx2(const uint8_t* in, int64_t L, float scale, const float* local, float* sum);
 
 // A set's table from its templates K::codes_pack<Bits, Dither>, K::unpack_add<Bits> and K::amax:
 // the run-time switch over bits and dither.
@@ -44,7 +48,7 @@ struct FusedQuantOf {
     if (bits == 4) return K::template unpack_add<4>(in, L, step, local, sum, amax);
     return K::template unpack_add<2>(in, L, step, local, sum, amax);
   }
-  static constexpr FusedQuant table(const char* name) { return {name, K::amax, codes_pack, unpack_add, q1_pack_avx2}; }
+  static constexpr FusedQuant table(const char* name) { return {name, K::amax, codes_pack, unpack_add, q1_pack_avx2, q1_unpack_add_avx2}; }
 };
 
 // The K of a kernel file whose bucket templates are pack_bucket<Bits, Dither>,

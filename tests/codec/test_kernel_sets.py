@@ -2,8 +2,9 @@
 byte for byte, in subprocesses that pick a set with RINGZIP_QUANT_KERNELS. A machine with
 AVX-512 checks both sets; one with AVX2 only, the AVX2 set. Shapes cover every group remainder
 (the fused kernels work in groups of 32 or 64 elements), tiny buckets, mixed magnitudes, zeros
-and ties, stochastic and nearest rounding, decode_add_encode (the fused decode + add) and
-encode_feedback (payload and residual)."""
+and ties, subnormal buckets (steps of 0), stochastic and nearest rounding, decode and
+decode_accumulate, decode_add_encode (the fused decode + add), encode_feedback (payload and
+residual) and SRA all-reduces over loopback ranks (each owner's reduce + encode, with residuals)."""
 import os
 import subprocess
 import sys
@@ -12,6 +13,7 @@ import sys
 PROBE = r"""
 import hashlib, sys, torch, ringzip
 C = ringzip._C.codec
+L = ringzip._C.loopback
 h = hashlib.sha256()
 g = torch.Generator().manual_seed(11)
 for n in [1, 7, 8, 9, 31, 32, 33, 63, 64, 65, 100, 511, 512, 513, 1000, 4097, 20011]:
@@ -19,6 +21,8 @@ for n in [1, 7, 8, 9, 31, 32, 33, 63, 64, 65, 100, 511, 512, 513, 1000, 4097, 20
         x = torch.randn(n, generator=g) * torch.exp(3 * torch.randn(n, generator=g))
         x[: n // 5] = 0.0
         x[n // 5: n // 5 + 600] = 2e36  # q1 buckets whose lane sums overflow
+        # subnormal buckets: steps that underflow to 0, so decoded values of either sign of 0
+        x[n // 5 + 600: n // 5 + 900] = 1e-45 * torch.randn(n, generator=g)[n // 5 + 600: n // 5 + 900].sign()
         local = torch.randn(n, generator=g)
         for spec in ["q8", "q4", "q2", "q1"]:
             for st in [True, False]:
@@ -26,8 +30,22 @@ for n in [1, 7, 8, 9, 31, 32, 33, 63, 64, 65, 100, 511, 512, 513, 1000, 4097, 20
                 q = C.decode_add_encode(spec, p, local, 1, 2, 3, 4, 5, bucket, st)
                 r = local.clone()
                 f, _ = C.encode_feedback(spec, x, r, 1, 2, 3, 5, bucket, st)
-                for t in (p, q, C.decode(spec, q, n, 1, 2, 4, 5, bucket), f, r):
+                acc = local.clone()
+                C.decode_accumulate(spec, p, acc, 1, 2, 3, 5, bucket)
+                for t in (p, q, C.decode(spec, q, n, 1, 2, 4, 5, bucket), C.decode(spec, p, n, 1, 2, 3, 5, bucket),
+                          acc, f, r):
                     h.update(t.numpy().tobytes())
+                if n in (65, 4097, 20011) and bucket in (24, 512):  # SRA: the reduce + encode of every owner
+                    outs, res = L.compressed("allreduce", [x, local, -x], spec, algorithm="sra", bucket=bucket,
+                                             rounding="stochastic" if st else "nearest",
+                                             residuals=[local.clone() for _ in range(3)])
+                    for t in list(outs) + list(res):
+                        h.update(t.numpy().tobytes())
+for spec in ["q8", "q4"]:  # a step of 0 with codes below the middle: values of -0 (no encoder writes these)
+    p = C.encode(spec, torch.zeros(100), 1, 2, 3)
+    p[:4] = torch.tensor([1e-45]).view(torch.uint8)
+    p[4:] = 0
+    h.update(C.decode(spec, p, 100, 1, 2, 3).numpy().tobytes())
 print(C.quant_kernels(), h.hexdigest())
 """
 
