@@ -76,9 +76,10 @@ bool topk_feedback(const Spec& spec, float* x, float* r, int64_t n, uint8_t* out
 // CUDA twins are codec::cuda::randomk_to_values/from_values.
 void randomk_to_values(const uint8_t* payload, size_t k, float* vals);
 void randomk_from_values(const float* vals, size_t k, uint8_t* payload);
-// The owner's step of SRA for the q-codecs, bucket by bucket in cache: acc += decode(in[j]) for
-// j = 0 .. m-1 in that order (each payload in_bytes long), out = encode(acc), then r = acc -
-// decode(out) where r is given, and acc = decode(out). Same bytes as those steps (which
+// The owner's step of SRA for the q-codecs, bucket by bucket in cache: where r is given acc += r
+// (what earlier calls owe), then acc += decode(in[j]) for j = 0 .. m-1 in that order (each
+// payload in_bytes long), out = encode(acc), then r = acc - decode(out) where r is given, and
+// acc = decode(out). Same bytes as those steps (which
 // Compute::reduce_encode runs for the other codecs). Returns whether r is known free of NaN/Inf
 // (true without r). Throws for a codec that is not q8/q4/q2/q1.
 bool reduce_encode(const Spec& spec, const uint8_t* const* in, size_t in_bytes, int m, float* acc, int64_t n,

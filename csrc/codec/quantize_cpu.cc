@@ -543,9 +543,13 @@ bool quant_reduce_encode(const Spec& sp, const uint8_t* const* in, int m, float*
     const int64_t begin = b * p.bucket, L = n - begin < p.bucket ? n - begin : p.bucket;
     const int64_t code_at = 4 * nb + begin * p.bits / 8;
     float* sum = sc.x.data();
-    const float* local = acc + begin;  // sum = acc + in[0] + in[1] + ..., added in that order
+    const float* local = acc + begin;  // sum = acc (+ r) + in[0] + in[1] + ..., added in that order
+    if (r) {
+      add_into(local, r + begin, L, sum);
+      local = sum;
+    }
     uint32_t am = 0;
-    if (m == 0) std::memcpy(sum, local, 4 * L);
+    if (m == 0 && local != sum) std::memcpy(sum, local, 4 * L);
     for (int j = 0; j < m; ++j, local = sum) {
       const float scale = read_scale(in[j] + 4 * b, b);
       if (fused_add) {

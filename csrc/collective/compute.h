@@ -36,13 +36,14 @@ class Compute {
   virtual void decode_add_encode(const codec::Spec& s, const uint8_t* in, size_t bytes, const float* local,
                                  int64_t n, int64_t off, const codec::RngKey& dk, const codec::RngKey& ek,
                                  uint8_t* out) = 0;
-  // The owner's step of SRA (codec::reduce_encode): acc += decode(in[j]) for j = 0 .. m-1 in
-  // order (keys dk[j]), out = encode(acc) (key ek), r = acc - decode(out) where r is given,
-  // acc = decode(out). Returns whether r is known free of NaN/Inf. These steps, unless fused
-  // (the host's q-codecs: codec::reduce_encode).
+  // The owner's step of SRA (codec::reduce_encode): where r is given acc += r (what earlier
+  // calls owe), acc += decode(in[j]) for j = 0 .. m-1 in order (keys dk[j]), out = encode(acc)
+  // (key ek), r = acc - decode(out) where r is given, acc = decode(out). Returns whether r is
+  // known free of NaN/Inf. These steps, unless fused (the host's q-codecs: codec::reduce_encode).
   virtual bool reduce_encode(const codec::Spec& s, const uint8_t* const* in, size_t bytes, int m,
                              const codec::RngKey* dk, float* acc, int64_t n, int64_t off, const codec::RngKey& ek,
                              uint8_t* out, float* r) {
+    if (r) reduce_into(DType::F32, RedOp::Sum, acc, r, n);
     for (int j = 0; j < m; ++j) decode_accumulate(s, in[j], bytes, n, off, dk[j], acc);
     encode(s, codec::InType::F32, acc, n, off, ek, out);
     const size_t out_bytes = codec::encoded_bytes(s, n);

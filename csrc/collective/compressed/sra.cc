@@ -73,8 +73,8 @@ bool sra(Comm& c, float* data, size_t count, const CompressedCall& call, bool ga
   };
   sch.body = [&](int s, Step& st) {
     const size_t it = s;
-    if (s == 0) {  // this rank's part stays exact: it takes what earlier calls owe in full
-      add_residual(c, call, data, l.len(r), l.elem[r]);
+    if (s == 0 && !gather) {  // this rank's part stays exact: it takes what earlier calls owe in full
+      add_residual(c, call, data, l.len(r), l.elem[r]);  // (with the gather, B's reduce_encode adds it)
       clear_residual(c, call, l.elem[r], l.len(r));
     }
     for (int k = 1; k < n; ++k) {  // A, staggered so that every owner is served from the start
