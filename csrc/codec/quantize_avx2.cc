@@ -223,6 +223,45 @@ RZ_AVX2 void q1_unpack_add_avx2(const uint8_t* in, int64_t L, float scale, const
   local ? q1_values<true>(in, L, scale, local, sum) : q1_values<false>(in, L, scale, local, sum);
 }
 
+// One step of q1_add_pack: v's lanes of |v| added to `lanes`, their bits maxed into mx; returns
+// the sign bits (v >= 0).
+RZ_AVX2 inline int q1_sweep8(__m256 v, __m256& lanes, __m256i& mx) {
+  const __m256 a = _mm256_and_ps(v, _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff)));
+  lanes = _mm256_add_ps(lanes, a);
+  mx = _mm256_max_epu32(mx, _mm256_castps_si256(a));
+  return _mm256_movemask_ps(_mm256_cmp_ps(v, _mm256_setzero_ps(), _CMP_GE_OQ));
+}
+
+// q1_pack of s = x + r, formed on the way (and stored to s), with max |s| as ordered bits.
+RZ_AVX2 float q1_add_pack_avx2(const float* x, const float* r, int64_t L, float* s, uint8_t* out, uint32_t* amax) {
+  __m256 lanes = _mm256_setzero_ps();
+  __m256i mx = _mm256_setzero_si256();
+  int64_t j = 0;
+  for (; j + 8 <= L; j += 8) {
+    if ((j & 31) == 0) {
+      _mm_prefetch(reinterpret_cast<const char*>(x + j + kAhead), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(r + j + kAhead), _MM_HINT_T0);
+    }
+    const __m256 v = _mm256_add_ps(_mm256_loadu_ps(x + j), _mm256_loadu_ps(r + j));
+    _mm256_storeu_ps(s + j, v);
+    out[j / 8] = (uint8_t)q1_sweep8(v, lanes, mx);
+  }
+  if (j < L) {  // zero padding adds +0 to the lanes and nothing to the max
+    alignas(32) float t[8] = {};
+    for (int64_t k = j; k < L; ++k) t[k - j] = x[k] + r[k];
+    std::memcpy(s + j, t, 4 * (L - j));
+    out[j / 8] = (uint8_t)(q1_sweep8(_mm256_load_ps(t), lanes, mx) & ((1 << (L - j)) - 1));
+  }
+  alignas(32) uint32_t m[8];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(m), mx);
+  uint32_t top = 0;
+  for (uint32_t v : m) top = v > top ? v : top;
+  *amax = top;
+  alignas(32) float l[8];
+  _mm256_store_ps(l, lanes);
+  return rz_div(q1_combine(l), (float)L);
+}
+
 const FusedQuant* fused_quant_avx2() {
   static const FusedQuant k = FusedQuantOf<Kernels>::table("avx2");
   static const bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");

@@ -472,9 +472,39 @@ void quant_encode(const Spec& sp, InType t, const void* x, int64_t n, int64_t of
       [](int64_t, int64_t, const float*, Scratch&, float) {}, false);
 }
 
+namespace {
+
+// q1 with error feedback on the fused kernels: each bucket's x + r, its bits, max and lane sum
+// in one sweep from memory, then the residual from the bucket in cache.
+bool q1_encode_feedback(const QParams& p, const FusedQuant& k, const float* x, float* r, int64_t n, int64_t off,
+                        const RngKey& key, uint8_t* out) {
+  Scratch sc(p.bucket < n ? p.bucket : n);
+  const int64_t nb = (n + p.bucket - 1) / p.bucket;
+  uint8_t* codes = out + 4 * nb;
+  uint32_t worst = 0;
+  for (int64_t b = 0; b < nb; ++b) {
+    const int64_t begin = b * p.bucket, L = n - begin < p.bucket ? n - begin : p.bucket;
+    float* s = sc.x.data();
+    uint32_t am;
+    float scale = k.q1_add_pack(x + begin, r + begin, L, s, codes + begin / 8, &am);
+    if (abs_bits_finite(am)) {
+      scale = q1_scale(s, L, scale);
+      std::memcpy(out + 4 * b, &scale, 4);
+    } else {  // NaN / Inf: the NaN scale and zero codes
+      encode_bucket(p, s, L, am, (uint64_t)(off + begin), key, sc, out + 4 * b, codes + begin / 8, false);
+      std::memcpy(&scale, out + 4 * b, 4);
+    }
+    worst = std::max(worst, q1_residual(L, scale, s, r + begin));
+  }
+  return abs_bits_finite(worst);
+}
+
+}  // namespace
+
 bool quant_encode_feedback(const Spec& sp, const float* x, float* r, int64_t n, int64_t off, const RngKey& key,
                            uint8_t* out) {
   const QParams p = qparams(sp);
+  if (const FusedQuant* k = fused_quant(); k && p.bits == 1) return q1_encode_feedback(p, *k, x, r, n, off, key, out);
   uint32_t worst = 0;
   encode_buckets(
       p, n, off, key, out,

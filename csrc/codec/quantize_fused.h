@@ -26,11 +26,15 @@ struct FusedQuant {
   // q1 decode of L packed bits: sum[j] = q1_value(bit j, scale), plus local[j] (added after,
   // as q1_add) unless local is null. Every bit pattern is valid.
   void (*q1_unpack_add)(const uint8_t* in, int64_t L, float scale, const float* local, float* sum);
+  // q1_pack of s = x + r (error feedback), s formed on the way and stored (L floats), *amax =
+  // max |s| as ordered bits; the bits and scale are q1_pack's for a finite s.
+  float (*q1_add_pack)(const float* x, const float* r, int64_t L, float* s, uint8_t* out, uint32_t* amax);
 };
 
 // The AVX2 q1 kernels, which the AVX-512 set shares (quantize_avx2.cc).
 float q1_pack_avx2(const float* x, int64_t L, uint8_t* out);
 void q1_unpack_add_avx2(const uint8_t* in, int64_t L, float scale, const float* local, float* sum);
+float q1_add_pack_avx2(const float* x, const float* r, int64_t L, float* s, uint8_t* out, uint32_t* amax);
 
 // A set's table from its templates K::codes_pack<Bits, Dither>, K::unpack_add<Bits> and K::amax:
 // the run-time switch over bits and dither.
@@ -48,7 +52,7 @@ struct FusedQuantOf {
     if (bits == 4) return K::template unpack_add<4>(in, L, step, local, sum, amax);
     return K::template unpack_add<2>(in, L, step, local, sum, amax);
   }
-  static constexpr FusedQuant table(const char* name) { return {name, K::amax, codes_pack, unpack_add, q1_pack_avx2, q1_unpack_add_avx2}; }
+  static constexpr FusedQuant table(const char* name) { return {name, K::amax, codes_pack, unpack_add, q1_pack_avx2, q1_unpack_add_avx2, q1_add_pack_avx2}; }
 };
 
 // The K of a kernel file whose bucket templates are pack_bucket<Bits, Dither>,
