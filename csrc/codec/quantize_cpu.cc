@@ -391,24 +391,31 @@ void read_codes(const QParams& p, const uint8_t* code_in, int64_t L, int64_t b, 
 
 // out[j] = the value of packed code j of bucket b (with local: plus local[j], added after), in
 // one sweep from the packed codes where the CPU has the fused kernels, else unpacked first (in
-// sc.c). Throws on a code no encoder writes. out may be local.
+// sc.c); with amax, *amax = max |out| as ordered bits (the q8/q4/q2 kernel finds it on the way).
+// Throws on a code no encoder writes. out may be local.
 void decode_bucket(const QParams& p, const uint8_t* codes, int64_t L, int64_t b, float scale, const float* local,
-                   float* out, Scratch& sc) {
+                   float* out, Scratch& sc, uint32_t* amax = nullptr) {
   const FusedQuant* fused = fused_quant();
-  if (fused && p.bits == 1) return fused->q1_unpack_add(codes, L, scale, local, out);
   const float step = p.bits > 1 ? quant_step(scale, p.s) : 0.0f;
-  uint32_t unused;
+  uint32_t am;
   // The q8/q4/q2 kernel always adds: onto +0 the value is unchanged unless it is -0, which
   // only a step of 0 makes.
-  if (fused && (local || step != 0.0f) &&
-      fused->unpack_add(p.bits, codes, L, step, local ? local : sc.zeros(L), out, &unused))
+  if (fused && p.bits > 1 && (local || step != 0.0f) &&
+      fused->unpack_add(p.bits, codes, L, step, local ? local : sc.zeros(L), out, &am)) {
+    if (amax) *amax = am;
     return;
-  uint8_t* c = sc.c.data();
-  read_codes(p, codes, L, b, c);  // where the kernel found a bad code, names it and throws
-  if (p.bits == 1)
-    local ? q1_add(c, L, scale, local, out) : q1_store(c, L, scale, out);
-  else
-    local ? values_add(c, L, step, p.s, local, out) : values_store(c, L, step, p.s, out);
+  }
+  if (fused && p.bits == 1) {
+    fused->q1_unpack_add(codes, L, scale, local, out);
+  } else {
+    uint8_t* c = sc.c.data();
+    read_codes(p, codes, L, b, c);  // where the kernel found a bad code, names it and throws
+    if (p.bits == 1)
+      local ? q1_add(c, L, scale, local, out) : q1_store(c, L, scale, out);
+    else
+      local ? values_add(c, L, step, p.s, local, out) : values_store(c, L, step, p.s, out);
+  }
+  if (amax) *amax = bucket_amax(out, L);
 }
 
 }  // namespace
@@ -539,22 +546,14 @@ void quant_decode_add_encode(const Spec& sp, const uint8_t* in, const float* loc
   QParams p = qparams(sp);
   int64_t B = p.bucket < n ? p.bucket : n;
   Scratch sc(B);
-  const FusedQuant* fused = p.bits > 1 ? fused_quant() : nullptr;
   int64_t nb = (n + p.bucket - 1) / p.bucket;
   const uint8_t* codes_in = in + 4 * nb;
   uint8_t* codes_out = out + 4 * nb;
   for (int64_t b = 0; b < nb; ++b) {
     int64_t begin = b * p.bucket, L = n - begin < p.bucket ? n - begin : p.bucket;
-    float scale = read_scale(in + 4 * b, b);
     float* sum = sc.x.data();
     uint32_t am;
-    if (fused) {  // decode + add + max |sum| in one sweep
-      if (!fused->unpack_add(p.bits, codes_in + begin * p.bits / 8, L, quant_step(scale, p.s), local + begin, sum, &am))
-        read_codes(p, codes_in + begin * p.bits / 8, L, b, sc.c.data());  // names the bad code and throws
-    } else {
-      decode_bucket(p, codes_in + begin * p.bits / 8, L, b, scale, local + begin, sum, sc);
-      am = bucket_amax(sum, L);
-    }
+    decode_bucket(p, codes_in + begin * p.bits / 8, L, b, read_scale(in + 4 * b, b), local + begin, sum, sc, &am);
     encode_bucket(p, sum, L, am, (uint64_t)(off + begin), enc_key, sc, out + 4 * b, codes_out + begin * p.bits / 8,
                   false);
   }
@@ -566,7 +565,6 @@ bool quant_reduce_encode(const Spec& sp, const uint8_t* const* in, int m, float*
   const int64_t B = p.bucket < n ? p.bucket : n;
   Scratch sc(B);
   const FusedQuant* fused = fused_quant();
-  const bool fused_add = fused && p.bits > 1;  // the q8/q4/q2 kernel also finds max |sum|
   const int64_t nb = (n + p.bucket - 1) / p.bucket;
   uint32_t worst = 0;
   for (int64_t b = 0; b < nb; ++b) {
@@ -580,16 +578,9 @@ bool quant_reduce_encode(const Spec& sp, const uint8_t* const* in, int m, float*
     }
     uint32_t am = 0;
     if (m == 0 && local != sum) std::memcpy(sum, local, 4 * L);
-    for (int j = 0; j < m; ++j, local = sum) {
-      const float scale = read_scale(in[j] + 4 * b, b);
-      if (fused_add) {
-        if (!fused->unpack_add(p.bits, in[j] + code_at, L, quant_step(scale, p.s), local, sum, &am))
-          read_codes(p, in[j] + code_at, L, b, sc.c.data());  // names the bad code and throws
-        continue;
-      }
-      decode_bucket(p, in[j] + code_at, L, b, scale, local, sum, sc);
-    }
-    if (!fused_add || m == 0) am = bucket_amax(sum, L);
+    for (int j = 0; j < m; ++j, local = sum)  // the last one finds max |sum|
+      decode_bucket(p, in[j] + code_at, L, b, read_scale(in[j] + 4 * b, b), local, sum, sc, j + 1 == m ? &am : nullptr);
+    if (m == 0) am = bucket_amax(sum, L);
     encode_bucket(p, sum, L, am, (uint64_t)(off + begin), key, sc, out + 4 * b, out + code_at, !fused);
     float scale;
     std::memcpy(&scale, out + 4 * b, 4);
