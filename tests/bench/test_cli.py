@@ -104,6 +104,20 @@ def test_repeat_keeps_the_median_repetition(tmp_path):
     assert all(r["time_us"] == sorted(r["repeat_times_us"])[1] for r in got)
 
 
+def _cli_net(args, timeout):
+    """Runs a --net CLI command to success; its namespaces (rzb<pid>-*) must be gone after."""
+    p = subprocess.Popen([sys.executable, "-m", "ringzip.bench", *args], cwd=ROOT, env=_env(),
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        stdout, stderr = p.communicate(timeout=timeout)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        assert netem.leftovers(f"rzb{p.pid}-") == [], netem.cleanup_prefix(f"rzb{p.pid}-")
+    assert p.returncode == 0, stdout + stderr
+
+
 def _need_root_net():
     if os.geteuid() != 0:
         pytest.skip("network namespaces need root")
@@ -245,19 +259,9 @@ def test_nodes_cli(tmp_path):
     """2 emulated nodes x 2 ranks: gloo and ringzip flat / node-aware side by side, one run."""
     _need_root_net()
     out = tmp_path / "n.json"
-    p = subprocess.Popen([sys.executable, "-m", "ringzip.bench", "collective", "--nodes", "2", "--nproc-per-node",
-                          "2", "--net", "1gbit", "-b", "256K", "-e", "256K", "--codec", "none,q8",
-                          "--iters", "2", "--warmup", "1", "--time-budget", "0", "--json", str(out),
-                          "--table", str(tmp_path / "n.txt")],
-                         cwd=ROOT, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        stdout, stderr = p.communicate(timeout=120)
-    finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
-        assert netem.leftovers(f"rzb{p.pid}-") == [], netem.cleanup_prefix(f"rzb{p.pid}-")
-    assert p.returncode == 0, stdout + stderr
+    _cli_net(["collective", "--nodes", "2", "--nproc-per-node", "2", "--net", "1gbit", "-b", "256K", "-e", "256K",
+              "--codec", "none,q8", "--iters", "2", "--warmup", "1", "--time-budget", "0", "--json", str(out),
+              "--table", str(tmp_path / "n.txt")], timeout=120)
     doc = json.loads(out.read_text())
     assert doc["header"]["nodes"] == 2 and doc["header"]["nproc_per_node"] == 2
     assert "--nodes 2" in doc["header"]["command"]
@@ -271,3 +275,20 @@ def test_nodes_cli(tmp_path):
     assert all(r["speedup_vs_flat"] > 0 for r in rows if r["hierarchy"] == "node")
     text = (tmp_path / "n.txt").read_text()
     assert "# command: ringzip-bench collective --nodes 2" in text and " hier " in text
+
+
+def test_linkcheck_bad_arguments():
+    p = _cli(["linkcheck", "--net", "1gbit", "-n", "1"], timeout=60)
+    assert p.returncode == 2 and "-n >= 2" in p.stderr, p.stdout + p.stderr
+
+
+def test_linkcheck_carries_the_shaped_rate(tmp_path):
+    """Both traffic patterns move at most the shaped rate (and not far below it) per rank."""
+    _need_root_net()
+    out = tmp_path / "lc.json"
+    _cli_net(["linkcheck", "--net", "100mbit", "-n", "3", "--mib", "1", "--repeat", "2", "--json", str(out)],
+             timeout=120)
+    doc = json.loads(out.read_text())
+    assert set(doc["median"]) == {"ring", "all-to-all"} and doc["nproc"] == 3
+    for pattern, rounds in doc["rounds"].items():
+        assert len(rounds) == 2 and all(0.4 < x < 1.1 for x in rounds), (pattern, rounds)

@@ -9,6 +9,8 @@
     ringzip-bench grid [options]           codec/algorithm "auto" vs every fixed choice over sizes x
                                            links x world sizes (= collective --preset auto_grid)
     ringzip-bench follow [options]         codec "auto" while the emulated link's rate changes
+    ringzip-bench linkcheck --net RATE     what the emulated links carry per traffic pattern
+                                           (ring vs all-to-all, plain TCP): the ceiling of eff
 
 Add --net RATE[,DELAY] (root) to run every rank in its own shaped network namespace, and
 --nodes N --nproc-per-node P to group the ranks into N emulated machines with one shaped NIC each.
@@ -18,11 +20,11 @@ from __future__ import annotations
 import argparse
 import sys
 
-SUBCOMMANDS = ("collective", "kernels", "train", "grid", "follow")
+SUBCOMMANDS = ("collective", "kernels", "train", "grid", "follow", "linkcheck")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from . import collective, follow, grid, kernels, train
+    from . import collective, follow, grid, kernels, linkcheck, train
 
     p = argparse.ArgumentParser(prog="ringzip-bench", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -45,6 +47,10 @@ def build_parser() -> argparse.ArgumentParser:
                        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     follow.add_arguments(f)
     f.set_defaults(func=follow.run)
+    lc = sub.add_parser("linkcheck", help="link ceiling per traffic pattern",
+                        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    linkcheck.add_arguments(lc)
+    lc.set_defaults(func=linkcheck.run)
     return p
 
 
