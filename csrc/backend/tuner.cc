@@ -355,15 +355,18 @@ void Tuner::learn(const Plan& p, double seconds, double codec_seconds) {
     push(w->host ? inv_host_ : inv_bw_, w->seconds_per_byte);  // cost.cc says which calls show the link
   // The per-call cost: what a call's time leaves beyond the model's messages and bytes, from the
   // calls too small to teach the link (under 1 MiB through the busiest link, cost::link_sample)
-  // whose bytes and element-wise work the model puts at a quarter of their time at most (at
-  // 64 KiB the model without it priced the calls 50-70 % below their times over every link,
-  // bench/results/auto_grid.md; larger calls' residuals are the link's and the overlap's errors,
-  // 2-9 ms at 4 MiB). Its median, on the slowest rank (agree): the figure is a call's, like a way's
-  // price. The probe's alpha stays the per-message cost: that residual used to teach alpha, as
-  // the least of three.
-  if (p.teaches_link && e.wire_bytes < cost::kLinkSampleBytes && e.wire + C <= 0.25 * seconds) {
-    keep_last(call_, std::max(0.0, seconds - (e.total - link_.call)), kTimes);  // zeros count: a median
-  }
+  // whose bytes and element-wise work the model puts at a quarter of the way's usual time at
+  // most (cost::call_sample; at 64 KiB the model without it priced the calls 50-70 % below their
+  // times over every link, bench/results/auto_grid.md; larger calls' residuals are the link's and
+  // the overlap's errors, 2-9 ms at 4 MiB). Its median, on the slowest rank (agree): the figure is
+  // a call's, like a way's price. The probe's alpha stays the per-message cost: that residual
+  // used to teach alpha, as the least of three.
+  if (!p.teaches_link) return;
+  const auto it = seconds_.find(p.key);  // this way's recent calls at this size, and this one
+  std::deque<double> recent = it != seconds_.end() ? it->second : std::deque<double>{};
+  keep_last(recent, seconds, kTimes);
+  if (const auto s = cost::call_sample(e, seconds, way_price(recent), C, link_.call))
+    keep_last(call_, *s, kTimes);  // zeros count: a median
 }
 
 void Tuner::inject(std::optional<std::pair<double, double>> link) {

@@ -60,6 +60,14 @@ struct LinkSample {
 };
 std::optional<LinkSample> link_sample(const Estimate& e, double seconds, double codec_seconds, double compute);
 
+// What a measured call teaches about the per-call cost c (Link::call): its time beyond the
+// model's messages, bytes and element-wise work, or none. Only calls too small to teach the
+// link (kLinkSampleBytes) whose bytes and element-wise work the model puts at a quarter of the
+// way's `typical` time at most (the median of its recent calls at this size, this one
+// included), so that a call slowed by other work or a retransmit timer is no likelier a sample
+// than the calls around it (cost.cc).
+std::optional<double> call_sample(const Estimate& e, double seconds, double typical, double compute, double call);
+
 // The sum of the parts as above; host_bytes < 0: every rank sends as much as the busiest.
 Estimate combine(double messages, double wire_bytes, double compute, double overlap, const Link& l,
                  double host_bytes = -1);

@@ -98,6 +98,16 @@ void bind_cost(py::module_& m) {
         },
         py::arg("algorithm"), py::arg("bytes"), py::arg("n"), py::arg("alpha"), py::arg("inv_bw"),
         py::arg("inv_host"), py::arg("seconds"));
+  // What a measured exact call teaches about the per-call cost (cost.h call_sample): seconds or None.
+  c.def("call_sample_dense",
+        [](const std::string& algorithm, size_t bytes, int n, double alpha, double inv_bw, double call, double seconds,
+           double typical) -> std::optional<double> {
+          const cost::Estimate e =
+              cost::dense_allreduce(parse_algorithm(algorithm), bytes, n, {alpha, inv_bw, cost::Link{}.reduce, 0.0, call});
+          return cost::call_sample(e, seconds, typical, e.compute, call);
+        },
+        py::arg("algorithm"), py::arg("bytes"), py::arg("n"), py::arg("alpha"), py::arg("inv_bw"), py::arg("call"),
+        py::arg("seconds"), py::arg("typical"));
   c.def("candidates",
         [](const std::string& setting) {
           std::vector<std::string> out;

@@ -177,3 +177,22 @@ def test_link_samples_come_from_calls_that_move_a_megabyte():
     assert kind == "host" and spb == pytest.approx(host, rel=0.1)
     # a call that was all latency (no time left beyond its messages) teaches nothing about bytes
     assert C.link_sample_dense("star", 4 * MIB, n, alpha=10.0, inv_bw=GBIT, inv_host=host, seconds=1.0) is None
+
+
+def test_call_samples_are_judged_by_the_ways_usual_time():
+    """The per-call cost c (cost::call_sample) is learned from small calls whose bytes the model
+    puts at a quarter of the way's usual time at most: a call slowed by a retransmit timer or
+    other work is no likelier a sample than the ordinary calls around it."""
+    n, alpha, bw = 3, 100e-6, GBIT  # 64 KiB over 1 Gbit/s: ~0.5 ms of bytes through the busiest link
+    model = C.predict_dense("rd", 64 << 10, n, alpha, bw)
+    # ordinary calls of 1.5 ms: too much of them is bytes to say what a call costs beyond them
+    assert C.call_sample_dense("rd", 64 << 10, n, alpha, bw, call=0.0, seconds=1.5e-3, typical=1.5e-3) is None
+    # one of them hit a 200 ms retransmit timer: judged by its own time it would teach c ~ 200 ms
+    assert C.call_sample_dense("rd", 64 << 10, n, alpha, bw, call=0.0, seconds=0.2, typical=1.5e-3) is None
+    # a way whose calls usually take 8 ms: mostly per-call cost, so each call is a sample, the slow
+    # one too (the median of the samples leaves it out), measured beyond the model without c
+    ok = C.call_sample_dense("rd", 64 << 10, n, alpha, bw, call=1e-3, seconds=8e-3, typical=8e-3)
+    assert ok == pytest.approx(8e-3 - model["total"], rel=1e-6)
+    assert C.call_sample_dense("rd", 64 << 10, n, alpha, bw, call=1e-3, seconds=0.2, typical=8e-3) > 0.19
+    # a call through the busiest link of 1 MiB or more teaches the link, not c
+    assert C.call_sample_dense("star", 4 << 20, n, alpha, bw, call=0.0, seconds=1.0, typical=1.0) is None
