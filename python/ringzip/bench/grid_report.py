@@ -115,6 +115,13 @@ def summary(cs: list[dict], errs: list[dict]) -> list[tuple[str, str, bool | Non
     if same:
         lines.append(("noise: auto vs the same fixed way it chose, median / worst |ratio - 1|",
                       f"{statistics.median(same):.1%} / {max(same):.1%} ({len(same)} cells)", None))
+    # The cleanest twin: algorithm=auto that ran one dense way throughout against that way forced,
+    # the same messages; how often it lies beyond a target's margin bounds any every-cell target.
+    twins = [abs(v - 1) for v in vals("dense_same_way")]
+    if twins:
+        lines.append(("noise: dense twins (auto that ran one way vs it forced) beyond 3 % / 5 % / 10 %",
+                      " / ".join(f"{sum(t > m for t in twins)}" for m in (0.03, 0.05, 0.10)) + f" of {len(twins)} cells",
+                      None))
     if ae:
         within = sum(e <= 0.25 for e in ae) / len(ae)
         lines.append(("calibrated predictions: median |predicted/measured - 1|", f"{statistics.median(ae):.1%}",
