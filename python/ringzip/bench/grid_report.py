@@ -115,8 +115,9 @@ def summary(cs: list[dict], errs: list[dict]) -> list[tuple[str, str, bool | Non
     if same:
         lines.append(("noise: auto vs the same fixed way it chose, median / worst |ratio - 1|",
                       f"{statistics.median(same):.1%} / {max(same):.1%} ({len(same)} cells)", None))
-    # The cleanest twin: algorithm=auto that ran one dense way throughout against that way forced,
-    # the same messages; how often it lies beyond a target's margin bounds any every-cell target.
+    # The closest twins: algorithm=auto that ran one dense way throughout against that way forced,
+    # the same messages (and auto's agreements); how often they lie beyond an every-cell target's
+    # margin says how far such a target can be told from noise here.
     twins = [abs(v - 1) for v in vals("dense_same_way")]
     if twins:
         lines.append(("noise: dense twins (auto that ran one way vs it forced) beyond 3 % / 5 % / 10 %",
