@@ -185,10 +185,11 @@ void Tuner::agree(Comm& c, const std::vector<CodecCandidate>* candidates) {
     const size_t bytes = v.size() * sizeof(double);
     if (c.rank() == 0) {
       std::vector<std::vector<double>> all(n, std::vector<double>(v.size()));
-      for (int j = 1; j < n; ++j) {
-        auto rq = c.post_recv(all[j].data(), bytes, j, c.tag(kGatherStep));
-        c.wait(*rq, j, "auto-tuning agreement: receive from");
-      }
+      // Every receive posted before the first wait: over Gloo's TCP a message moves only once
+      // its receive is posted, so one at a time the gather took n-1 round trips in turn.
+      std::vector<std::unique_ptr<Request>> recvs;
+      for (int j = 1; j < n; ++j) recvs.push_back(c.post_recv(all[j].data(), bytes, j, c.tag(kGatherStep)));
+      for (int j = 1; j < n; ++j) c.wait(*recvs[j - 1], j, "auto-tuning agreement: receive from");
       all[0] = v;
       for (size_t i = 0; i < v.size(); ++i) {
         // A way's price is its slowest rank's: a call is over when every rank is done. The
