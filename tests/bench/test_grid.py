@@ -37,6 +37,21 @@ def test_cells_ratios_and_model_errors():
     assert lines["auto / exact, worst cell (<= 1.03)"] and lines["dense auto / best forced, worst cell (<= 1.05)"]
 
 
+def test_twins_are_compared_with_their_first_group_round_by_round():
+    rows = [_row("none", "auto", 100.0, times_us=[100.0, 100.0, 100.0]), _row("auto", "auto", 60.0),
+            _row("q4", "auto", 50.0, times_us=[50.0, 80.0, 40.0]),
+            _row("q4", "auto", 54.0, twin=True, times_us=[54.0, 86.4, 40.0]),
+            _row("none", "ring", 90.0, times_us=[90.0, 90.0, 90.0]),
+            _row("none", "ring", 97.2, twin=True, times_us=[97.2, 97.2, 97.2])]
+    (c,) = grid_report.cells(rows)
+    # the twins stay out of the cell's own figures (q4's time is the first group's) ...
+    assert c["codec"]["q4"] == 50.0 and c["dense"] == {"ring": 90.0} and c["best_fixed"] == "q4"
+    # ... and each is its first group's time round by round: the median of 1.08, 1.08, 1.0
+    assert abs(c["twin_ratios"]["q4/auto"] - 1.08) < 1e-9 and abs(c["twin_ratios"]["none/ring"] - 1.08) < 1e-9
+    lines = {a: v for a, v, _ in grid_report.summary([c], [])}
+    assert lines["noise: twins beyond 3 % / 5 % / 10 %"] == "2 / 2 / 0 of 2 pairs", lines
+
+
 def test_preset_auto_grid_is_the_grid_subcommand():
     args = build_parser().parse_args(["grid", "--sizes", "64K"])
     assert args.func.__module__.endswith("grid") and args.sizes == "64K"
@@ -54,6 +69,7 @@ def test_tiny_grid_run(tmp_path):
     assert 0 <= doc["rows"][0]["settle_rounds"] <= 40
     (cell,) = grid_report.cells(doc["rows"])
     assert set(cell["codec"]) == {"none", "q4", "auto"} and set(cell["dense"]) == {"ring"}, cell
+    assert set(cell["twin_ratios"]) == {"q4/auto", "none/ring"} and all(v > 0 for v in cell["twin_ratios"].values())
     assert cell["chose"] and cell["predicted_codec"], cell
     auto = next(r for r in doc["rows"] if r["codec"] == "auto")
     assert auto["auto_changes"] >= 0 and auto["auto_tours"] >= 0 and auto["auto_explorations"] >= 0, auto

@@ -5,7 +5,8 @@
 
 For every link (loopback, or an emulated --net rate in network namespaces, root) and world size,
 the ranks (grid_worker.py) run side by side, one ringzip group each: exact (algorithm auto), the
-fixed codecs, codec "auto", and the forced dense algorithms. Per size every configuration runs
+fixed codecs, codec "auto", the forced dense algorithms, and twins of q4 and the forced ring (a
+second group of each: the same work twice, the cells' own noise). Per size every configuration runs
 once per round, in turn, so load on a shared machine hits all alike: --warmup rounds (auto
 measures and explores), then rounds until every group's last 3 calls ran by price (at most 40,
 and no longer than the warm-up took), then timed rounds until the time budget is spent, at least
@@ -43,6 +44,8 @@ def add_arguments(p) -> None:
                    help="seconds of timed rounds per configuration and size (beyond --repeat rounds)")
     p.add_argument("--iters", type=int, default=DEFAULTS["iters"], help="timed rounds per size, at most")
     p.add_argument("--warmup", type=int, default=DEFAULTS["warmup"], help="untimed rounds per size")
+    p.add_argument("--no-twins", dest="twins", action="store_false",
+                   help="leave out the twin groups (a second q4 and a second forced ring: the same work twice)")
     p.add_argument("--out-dir", help="default <repo>/bench/results")
     p.add_argument("--stem", default="auto_grid", help="output file stem")
     p.add_argument("--row-timeout", type=float, default=1200.0, help="kill the ranks after this long without progress")
@@ -52,6 +55,10 @@ def add_arguments(p) -> None:
 def _spec(args, sizes) -> dict:
     cfgs = configs(["ringzip"], split_list(args.codecs), ["auto"])
     cfgs += [c for c in configs(["ringzip"], ["none"], split_list(args.dense)) if c["algorithm"] != "auto"]
+    # Twins: a second group of the same fixed configuration (q4, and the forced ring), measured like
+    # the others: how far the same work lies from itself bounds what a cell's ratio can tell.
+    cfgs += [dict(c, key=c["key"] + "#twin", twin=True) for c in list(cfgs)
+             if args.twins and (c["codec"], c["algorithm"]) in (("q4", "auto"), ("none", "ring"))]
     # min_numel=0 (grid_worker.py): every fixed codec compresses at every size, so auto has something to beat.
     return {"sizes": sizes, "configs": cfgs, "repeat": max(1, args.repeat), "iters": max(args.iters, args.repeat),
             "warmup": args.warmup, "time_budget_s": args.time_budget}

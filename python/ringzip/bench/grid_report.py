@@ -36,8 +36,10 @@ def cells(rows: list[dict]) -> list[dict]:
         c = by.setdefault((r["link"], r["nproc"], r["size_bytes"]),
                           {"link": r["link"], "nproc": r["nproc"], "size": r["size_bytes"], "codec": {}, "dense": {},
                            "rounds": {}, "predicted_codec": {}, "predicted_dense": {}, "model_codec": {},
-                           "model_dense": {}})
-        if r["algorithm"] == "auto":
+                           "model_dense": {}, "twins": {}})
+        if r.get("twin"):  # the same configuration's second group: the same work twice
+            c["twins"][f"{r['codec']}/{r['algorithm']}"] = r.get("times_us")
+        elif r["algorithm"] == "auto":
             c["codec"][r["codec"]] = r["time_us"]
             c["rounds"][r["codec"]] = r.get("times_us")
             if r["codec"] == "auto":
@@ -68,6 +70,14 @@ def cells(rows: list[dict]) -> list[dict]:
             chose = c.get("dense_chose")
             if chose in c["dense"]:
                 c["dense_same_way"] = paired(rd["none"], rd["dense/" + chose], t["none"], c["dense"][chose])
+        twins = {}
+        for name, times in c.pop("twins").items():
+            codec, algo = name.split("/")
+            first = rd.get(codec) if algo == "auto" else rd.get("dense/" + algo)
+            if times and first and len(times) == len(first):
+                twins[name] = paired(times, first, 0, 0)
+        if twins:
+            c["twin_ratios"] = twins
         del c["rounds"]
         out.append(c)
     return sorted(out, key=lambda c: (link_order(c["link"]), c["nproc"], c["size"]))
@@ -118,6 +128,13 @@ def summary(cs: list[dict], errs: list[dict]) -> list[tuple[str, str, bool | Non
     # The closest twins: algorithm=auto that ran one dense way throughout against that way forced,
     # the same messages (and auto's agreements); how often they lie beyond an every-cell target's
     # margin says how far such a target can be told from noise here.
+    pure = [abs(v - 1) for c in cs for v in c.get("twin_ratios", {}).values()]
+    if pure:
+        lines.append(("noise: a fixed configuration vs its twin (q4; forced ring), median / worst |ratio - 1|",
+                      f"{statistics.median(pure):.1%} / {max(pure):.1%} ({len(pure)} pairs)", None))
+        lines.append(("noise: twins beyond 3 % / 5 % / 10 %",
+                      " / ".join(f"{sum(t > m for t in pure)}" for m in (0.03, 0.05, 0.10)) + f" of {len(pure)} pairs",
+                      None))
     twins = [abs(v - 1) for v in vals("dense_same_way")]
     if twins:
         lines.append(("noise: dense twins (auto that ran one way vs it forced) beyond 3 % / 5 % / 10 %",
@@ -167,6 +184,14 @@ def _md(header: dict, cs: list[dict], errs: list[dict]) -> str:
             out.append(f"| {c['link']} | {c['nproc']} | {fmt_bytes(c['size'])} | {c['codec'].get('none', float('nan')):.0f} | "
                        f"{c.get('dense_chose') or '-'} | " + " | ".join(f"{d[a]:.0f}" if a in d else "-" for a in algos) +
                        f" | {c.get('dense_auto_over_best', float('nan')):.3f} | {c.get('dense_same_way', float('nan')):.3f} |")
+    names = sorted({k for c in cs for k in c.get("twin_ratios", {})})
+    if names:
+        out += ["", "## Twins: the same configuration in two groups (second over first, median of the rounds)", "",
+                "| link | n | size | " + " | ".join(names) + " |", "|---|---:|---:|" + "---:|" * len(names)]
+        for c in cs:
+            tw = c.get("twin_ratios", {})
+            out.append(f"| {c['link']} | {c['nproc']} | {fmt_bytes(c['size'])} | " +
+                       " | ".join(f"{tw[k]:.3f}" if k in tw else "-" for k in names) + " |")
     if errs:
         out += ["", "## Model: predicted vs measured (us)", "",
                 "calibrated = what auto's choice used (the agreed measured time where that way had run at this size, "

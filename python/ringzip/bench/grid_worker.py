@@ -123,7 +123,8 @@ def main(argv=None) -> int:
             cfg = spec["configs"][j]
             col = [t[j] for t in times]
             row = {"op": "allreduce", "size_bytes": size, "dtype": "float32", "backend": "ringzip", "codec": cfg["codec"],
-                   "algorithm": cfg["algorithm"], "nproc": n, "iters": len(col), "settle_rounds": settle,
+                   "algorithm": cfg["algorithm"], "twin": bool(cfg.get("twin")), "nproc": n, "iters": len(col),
+                   "settle_rounds": settle,
                    "time_us": statistics.median(col) * 1e6,
                    "times_us": [t * 1e6 for t in col], **_auto(ringzip, g, before[key])}
             row["auto_choice"] = _choice_label(row.get("auto_codecs") or row.get("auto_algorithms"))
