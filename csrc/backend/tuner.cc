@@ -334,8 +334,8 @@ void Tuner::observe(const Plan& p, double seconds, double codec_seconds) {
   }
   if (p.key.empty()) return;
   if (warmed_.insert(p.key).second && !told) return;  // its first call: one-time costs, untimed
-  if (!told) learn(p, seconds, codec_seconds);
   keep_last(seconds_[p.key], seconds, kTimes);
+  if (!told) learn(p, seconds, codec_seconds);  // after: learn reads the way's times, this one too
   sample_bytes_[p.key] = p.bytes;
   sample_wire_[p.key] = p.est.wire_bytes;
   dirty_.insert(p.key);
@@ -362,11 +362,8 @@ void Tuner::learn(const Plan& p, double seconds, double codec_seconds) {
   // the overlap's errors, 2-9 ms at 4 MiB). Its median, on the slowest rank (agree): the figure is
   // a call's, like a way's price. The probe's alpha stays the per-message cost: that residual
   // used to teach alpha, as the least of three.
-  if (!p.teaches_link) return;
-  const auto it = seconds_.find(p.key);  // this way's recent calls at this size, and this one
-  std::deque<double> recent = it != seconds_.end() ? it->second : std::deque<double>{};
-  keep_last(recent, seconds, kTimes);
-  if (const auto s = cost::call_sample(e, seconds, way_price(recent), C, link_.call))
+  if (!p.teaches_link) return;  // the way's recent calls at this size, this one included:
+  if (const auto s = cost::call_sample(e, seconds, way_price(seconds_.at(p.key)), C, link_.call))
     keep_last(call_, *s, kTimes);  // zeros count: a median
 }
 

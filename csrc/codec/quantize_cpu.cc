@@ -422,23 +422,35 @@ void decode_bucket(const QParams& p, const uint8_t* codes, int64_t L, int64_t b,
 
 namespace {
 
-// The bucket loop of the encoders: input(begin, L, sc) gives a bucket's float32 values;
-// after(begin, L, values, sc, scale) runs while its codes are still unpacked in sc.c.
-template <typename Input, typename After>
-void encode_buckets(const QParams& p, int64_t n, int64_t off, const RngKey& key, uint8_t* out, Input input,
-                    After after, bool unpacked) {
+// The bucket loop of the encoders: encode(begin, L, sc, scale_at, codes_at) encodes a bucket
+// and returns its float32 values; after(begin, L, values, sc, scale) runs while the codes are
+// still unpacked in sc.c (where encode left them so).
+template <typename Encode, typename After>
+void for_each_bucket(const QParams& p, int64_t n, uint8_t* out, Encode encode, After after) {
   Scratch sc(p.bucket < n ? p.bucket : n);
   int64_t nb = (n + p.bucket - 1) / p.bucket;
   uint8_t* codes = out + 4 * nb;
   for (int64_t b = 0; b < nb; ++b) {
     int64_t begin = b * p.bucket, L = n - begin < p.bucket ? n - begin : p.bucket;
-    const float* xb = input(begin, L, sc);
-    encode_bucket(p, xb, L, bucket_amax(xb, L), (uint64_t)(off + begin), key, sc, out + 4 * b,
-                  codes + begin * p.bits / 8, unpacked);
+    const float* xb = encode(begin, L, sc, out + 4 * b, codes + begin * p.bits / 8);
     float scale;
     std::memcpy(&scale, out + 4 * b, 4);
     after(begin, L, xb, sc, scale);
   }
+}
+
+// The usual encode: input(begin, L, sc) gives a bucket's float32 values, encode_bucket the rest.
+template <typename Input, typename After>
+void encode_buckets(const QParams& p, int64_t n, int64_t off, const RngKey& key, uint8_t* out, Input input,
+                    After after, bool unpacked) {
+  for_each_bucket(
+      p, n, out,
+      [&](int64_t begin, int64_t L, Scratch& sc, uint8_t* scale_at, uint8_t* codes_at) {
+        const float* xb = input(begin, L, sc);
+        encode_bucket(p, xb, L, bucket_amax(xb, L), (uint64_t)(off + begin), key, sc, scale_at, codes_at, unpacked);
+        return xb;
+      },
+      after);
 }
 
 RZ_CLONES void add_into(const float* x, const float* r, int64_t L, float* s) {
@@ -485,24 +497,24 @@ namespace {
 // in one sweep from memory, then the residual from the bucket in cache.
 bool q1_encode_feedback(const QParams& p, const FusedQuant& k, const float* x, float* r, int64_t n, int64_t off,
                         const RngKey& key, uint8_t* out) {
-  Scratch sc(p.bucket < n ? p.bucket : n);
-  const int64_t nb = (n + p.bucket - 1) / p.bucket;
-  uint8_t* codes = out + 4 * nb;
   uint32_t worst = 0;
-  for (int64_t b = 0; b < nb; ++b) {
-    const int64_t begin = b * p.bucket, L = n - begin < p.bucket ? n - begin : p.bucket;
-    float* s = sc.x.data();
-    uint32_t am;
-    float scale = k.q1_add_pack(x + begin, r + begin, L, s, codes + begin / 8, &am);
-    if (abs_bits_finite(am)) {
-      scale = q1_scale(s, L, scale);
-      std::memcpy(out + 4 * b, &scale, 4);
-    } else {  // NaN / Inf: the NaN scale and zero codes
-      encode_bucket(p, s, L, am, (uint64_t)(off + begin), key, sc, out + 4 * b, codes + begin / 8, false);
-      std::memcpy(&scale, out + 4 * b, 4);
-    }
-    worst = std::max(worst, q1_residual(L, scale, s, r + begin));
-  }
+  for_each_bucket(
+      p, n, out,
+      [&](int64_t begin, int64_t L, Scratch& sc, uint8_t* scale_at, uint8_t* codes_at) -> const float* {
+        float* s = sc.x.data();
+        uint32_t am;
+        const float plain = k.q1_add_pack(x + begin, r + begin, L, s, codes_at, &am);
+        if (abs_bits_finite(am)) {
+          const float scale = q1_scale(s, L, plain);
+          std::memcpy(scale_at, &scale, 4);
+        } else {  // NaN / Inf: the NaN scale and zero codes
+          encode_bucket(p, s, L, am, (uint64_t)(off + begin), key, sc, scale_at, codes_at, false);
+        }
+        return s;
+      },
+      [&](int64_t begin, int64_t L, const float* s, Scratch&, float scale) {
+        worst = std::max(worst, q1_residual(L, scale, s, r + begin));
+      });
   return abs_bits_finite(worst);
 }
 

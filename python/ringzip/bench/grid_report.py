@@ -38,7 +38,7 @@ def cells(rows: list[dict]) -> list[dict]:
                            "rounds": {}, "predicted_codec": {}, "predicted_dense": {}, "model_codec": {},
                            "model_dense": {}, "twins": {}})
         if r.get("twin"):  # the same configuration's second group: the same work twice
-            c["twins"][f"{r['codec']}/{r['algorithm']}"] = r.get("times_us")
+            c["twins"][(r["codec"], r["algorithm"])] = r
         elif r["algorithm"] == "auto":
             c["codec"][r["codec"]] = r["time_us"]
             c["rounds"][r["codec"]] = r.get("times_us")
@@ -71,11 +71,11 @@ def cells(rows: list[dict]) -> list[dict]:
             if chose in c["dense"]:
                 c["dense_same_way"] = paired(rd["none"], rd["dense/" + chose], t["none"], c["dense"][chose])
         twins = {}
-        for name, times in c.pop("twins").items():
-            codec, algo = name.split("/")
-            first = rd.get(codec) if algo == "auto" else rd.get("dense/" + algo)
-            if times and first and len(times) == len(first):
-                twins[name] = paired(times, first, 0, 0)
+        for (codec, algo), r in c.pop("twins").items():
+            first = t.get(codec) if algo == "auto" else c["dense"].get(algo)
+            if first:
+                rounds = rd.get(codec if algo == "auto" else "dense/" + algo)
+                twins[f"{codec}/{algo}"] = paired(r.get("times_us"), rounds, r["time_us"], first)
         if twins:
             c["twin_ratios"] = twins
         del c["rounds"]
@@ -125,20 +125,15 @@ def summary(cs: list[dict], errs: list[dict]) -> list[tuple[str, str, bool | Non
     if same:
         lines.append(("noise: auto vs the same fixed way it chose, median / worst |ratio - 1|",
                       f"{statistics.median(same):.1%} / {max(same):.1%} ({len(same)} cells)", None))
-    # The closest twins: algorithm=auto that ran one dense way throughout against that way forced,
-    # the same messages (and auto's agreements); how often they lie beyond an every-cell target's
-    # margin says how far such a target can be told from noise here.
-    pure = [abs(v - 1) for c in cs for v in c.get("twin_ratios", {}).values()]
-    if pure:
-        lines.append(("noise: a fixed configuration vs its twin (q4; forced ring), median / worst |ratio - 1|",
-                      f"{statistics.median(pure):.1%} / {max(pure):.1%} ({len(pure)} pairs)", None))
-        lines.append(("noise: twins beyond 3 % / 5 % / 10 %",
-                      " / ".join(f"{sum(t > m for t in pure)}" for m in (0.03, 0.05, 0.10)) + f" of {len(pure)} pairs",
-                      None))
-    twins = [abs(v - 1) for v in vals("dense_same_way")]
+    # Twins: a second group of the same fixed configuration in the same rounds, nothing to
+    # choose: how often they lie beyond an every-cell target's margin says how far such a target
+    # can be told from noise on the machine at hand.
+    twins = [abs(v - 1) for c in cs for v in c.get("twin_ratios", {}).values()]
     if twins:
-        lines.append(("noise: dense twins (auto that ran one way vs it forced) beyond 3 % / 5 % / 10 %",
-                      " / ".join(f"{sum(t > m for t in twins)}" for m in (0.03, 0.05, 0.10)) + f" of {len(twins)} cells",
+        lines.append(("noise: a fixed configuration vs its twin (q4; forced ring), median / worst |ratio - 1|",
+                      f"{statistics.median(twins):.1%} / {max(twins):.1%} ({len(twins)} pairs)", None))
+        lines.append(("noise: twins beyond 3 % / 5 % / 10 %",
+                      " / ".join(f"{sum(t > m for t in twins)}" for m in (0.03, 0.05, 0.10)) + f" of {len(twins)} pairs",
                       None))
     if ae:
         within = sum(e <= 0.25 for e in ae) / len(ae)

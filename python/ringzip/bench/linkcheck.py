@@ -64,7 +64,8 @@ def run(args) -> int:
 def _round(env, n: int, pattern: str, mib: float, rate: float) -> float:
     start = time.time() + 1.0  # every rank listens and connects before it; the clock is shared
     me = [sys.executable, __file__, "rank"]
-    procs = [subprocess.Popen(env.exec_prefix(r) + me + [str(r), str(n), pattern, str(mib), str(start), env.addr(0)],
+    addrs = ",".join(env.addr(r) for r in range(n))
+    procs = [subprocess.Popen(env.exec_prefix(r) + me + [str(r), pattern, str(mib), str(start), addrs],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in range(n)]
     results = []
     for p in procs:
@@ -81,10 +82,9 @@ def _round(env, n: int, pattern: str, mib: float, rate: float) -> float:
     return results[0]["sent"] * 8 / (slowest * rate)
 
 
-def _rank(rank: int, n: int, pattern: str, mib: float, start: float, addr0: str) -> None:
+def _rank(rank: int, pattern: str, mib: float, start: float, addrs: list[str]) -> None:
     """One rank's end: listen, connect, wait for `start`, then send and receive at once."""
-    base = addr0.rsplit(".", 1)[0]
-    addr = lambda r: f"{base}.{int(addr0.rsplit('.', 1)[1]) + r}"
+    n, addr = len(addrs), addrs.__getitem__
     per_peer = int(mib * 2**20) if pattern == "all-to-all" else int(mib * 2**20) * (n - 1)
     to = [(rank + k) % n for k in range(1, n)] if pattern == "all-to-all" else [(rank + 1) % n]
     srv = socket.socket()
@@ -140,6 +140,6 @@ def _rank(rank: int, n: int, pattern: str, mib: float, start: float, addr0: str)
 if __name__ == "__main__":  # a rank's end, started inside its namespace by _round (stdlib only: fast)
     if sys.argv[1:2] == ["rank"]:
         a = sys.argv[2:]
-        _rank(int(a[0]), int(a[1]), a[2], float(a[3]), float(a[4]), a[5])
+        _rank(int(a[0]), a[1], float(a[2]), float(a[3]), a[4].split(","))
     else:
         print(__doc__)
