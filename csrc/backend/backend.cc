@@ -7,30 +7,6 @@
 
 namespace ringzip {
 
-AllreduceAlgo parse_algorithm(const std::string& s) {
-  if (s == "auto") return AllreduceAlgo::Auto;
-  if (s == "ring") return AllreduceAlgo::Ring;
-  if (s == "rd" || s == "recursive_doubling") return AllreduceAlgo::RecursiveDoubling;
-  if (s == "direct") return AllreduceAlgo::Direct;
-  if (s == "star") return AllreduceAlgo::Star;
-  if (s == "hd" || s == "halving_doubling") return AllreduceAlgo::HalvingDoubling;
-  if (s == "tree") return AllreduceAlgo::Tree;
-  RZ_CHECK_VALUE(false, "unknown algorithm '", s, "' (expected auto, ring, rd, direct, star, hd or tree)");
-}
-
-const char* algorithm_name(AllreduceAlgo a) {
-  switch (a) {
-    case AllreduceAlgo::Auto: return "auto";
-    case AllreduceAlgo::Ring: return "ring";
-    case AllreduceAlgo::RecursiveDoubling: return "rd";
-    case AllreduceAlgo::Direct: return "direct";
-    case AllreduceAlgo::Star: return "star";
-    case AllreduceAlgo::HalvingDoubling: return "hd";
-    case AllreduceAlgo::Tree: return "tree";
-  }
-  return "?";
-}
-
 namespace {
 // The backend whose task (collective and completion) runs on this thread, if any.
 thread_local const RingzipBackend* tl_running = nullptr;
@@ -38,7 +14,7 @@ thread_local const RingzipBackend* tl_running = nullptr;
 
 RingzipBackend::RingzipBackend(std::unique_ptr<Transport> net, Config cfg)
     : c10d::Backend(net->rank(), net->size()), net_(std::move(net)), p2p_(net_.get()),
-      layout_(std::vector<int>(size_, 0)), cfg_(std::move(cfg)) {
+      cfg_(std::move(cfg)), planner_(size_) {
   worker_ = std::thread([this] { run_worker(); });
 }
 

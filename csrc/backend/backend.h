@@ -14,7 +14,7 @@
 #include "backend/work.h"
 #include "backend/compression.h"
 #include "backend/tensors.h"
-#include "backend/tuner.h"
+#include "plan/plan.h"
 #include "backend/fingerprint.h"
 #include "backend/mismatch_watch.h"
 #include "collective/algorithms.h"
@@ -29,15 +29,6 @@ struct Config {
   std::chrono::milliseconds timeout{std::chrono::minutes(30)};
   std::string group_name;
 };
-
-AllreduceAlgo parse_algorithm(const std::string& s);
-const char* algorithm_name(AllreduceAlgo a);
-
-// Options(hierarchy=...): node-aware all-reduce / reduce-scatter where the layout allows
-// (auto), forced (node: a warning when it can't), or never (flat).
-enum class HierarchyMode : uint8_t { Auto, Node, Flat };
-HierarchyMode parse_hierarchy(const std::string& s);
-const char* hierarchy_name(HierarchyMode m);
 
 class RingzipBackend final : public c10d::Backend {
  public:
@@ -105,8 +96,8 @@ class RingzipBackend final : public c10d::Backend {
   // rejected change leaves the group as it was (set_options).
   void configure(AllreduceAlgo algorithm, CheckMode check, CompressionConfig cc,
                  HierarchyMode hierarchy = HierarchyMode::Auto);
-  AllreduceAlgo algorithm() const { return algorithm_.load(); }
-  HierarchyMode hierarchy() const { return hierarchy_.load(); }
+  AllreduceAlgo algorithm() const { return planner_.algorithm(); }
+  HierarchyMode hierarchy() const { return planner_.hierarchy(); }
 
   // ---- topology (backend/topology.cc) --------------------------------------------------------
   // The node of every rank (any labels; equal: one node). Where ranks share this rank's node,
@@ -114,20 +105,18 @@ class RingzipBackend final : public c10d::Backend {
   // collective message between them; Gloo carries the rest and all user point-to-point. Called
   // once, by the creator, before the first collective.
   void set_topology(const std::vector<int>& node_of, std::unique_ptr<Transport> local);
-  const NodeLayout& layout() const { return layout_; }
-  // The layout when a call of `bytes` runs node-aware, else nullptr (flat).
-  const NodeLayout* node_aware(size_t bytes, bool compressed) const;
+  const NodeLayout& layout() const { return planner_.layout(); }
   // Why calls run flat although hierarchy is not "flat" (empty when they run node-aware).
-  std::string flat_reason() const;
+  std::string flat_reason() const { return planner_.flat_reason(); }
   std::string transport_name() const { return net_->name(); }
   CheckMode check_mode() const { return check_.load(); }
   // Empty while the group is healthy; else why it is unusable (first failure).
   std::string broken_reason() const;
   // Compression settings apply to collectives issued after configure() (set_options).
-  CompressionConfig compression() const;
+  CompressionConfig compression() const { return planner_.compression(); }
   Compression& compression_state() { return comp_; }
   // The cost model's measurements and choices (algorithm="auto", codec="auto").
-  Tuner& tuner() { return tuner_; }
+  Tuner& tuner() { return planner_.tuner(); }
 
   // ---- CUDA path (backend/cuda_path.cc, cuda_collectives.cc; CUDA builds only) ----------------
   // Once enabled, every collective on CUDA tensors runs on an internal stream over NCCL with the
@@ -193,32 +182,24 @@ class RingzipBackend final : public c10d::Backend {
   void run_task(const Task& task);
   std::chrono::milliseconds effective(std::chrono::milliseconds t) const;
 
-  // Compressed variants of allreduce / reduce-scatter (compressed_ops.cc); nullptr when the
-  // policy keeps the call exact.
-  c10::intrusive_ptr<c10d::Work> maybe_compressed_allreduce(const at::Tensor& t,
-                                                            const c10d::AllreduceOptions& opts,
-                                                            const char* name,
-                                                            std::vector<at::Tensor> outputs,
-                                                            std::function<void()> after = nullptr);
-  c10::intrusive_ptr<c10d::Work> maybe_compressed_reduce_scatter(const at::Tensor& out,
-                                                                 const at::Tensor& flat_in,
-                                                                 const c10d::ReduceScatterOptions& opts,
-                                                                 const char* name, const at::Tensor& identity);
-
-  // ---- the cost model's choices on the host path (auto_ops.cc) ---------------------------------
-  // The settings a compressed call runs with: under codec="auto" the candidate the tuner plans
-  // for `count` float32 elements (plan: what it predicted); a fixed codec's SRA call with the
-  // segment length its plan sets; else cc itself (plan left empty). `dense` is the exact
-  // algorithm asked for.
-  CompressionConfig plan_codec(Comm& c, const CompressionConfig& cc, AllreduceAlgo dense, size_t count,
-                               bool reduce_scatter, const NodeLayout* nodes, Tuner::Plan& plan);
+  // The planner's view of a reducing call on t (numel elements of t's dtype).
+  Call planned_call(CallKind kind, const at::Tensor& t, int64_t numel, const c10d::ReduceOp& op) const;
+  // The compressed all-reduce / reduce-scatter of a planned call (compressed_ops.cc).
+  c10::intrusive_ptr<c10d::Work> compressed_allreduce_work(const at::Tensor& t, const c10d::AllreduceOptions& opts,
+                                                           const char* name, std::vector<at::Tensor> outputs,
+                                                           Call call, Plan plan,
+                                                           std::function<void()> after = nullptr);
+  c10::intrusive_ptr<c10d::Work> compressed_reduce_scatter_work(const at::Tensor& out, const at::Tensor& flat_in,
+                                                                const c10d::ReduceScatterOptions& opts,
+                                                                const char* name, const at::Tensor& identity,
+                                                                Call call, Plan plan);
   // A compressed call (float32 working copy x) that codec="auto" keeps exact: pre-scale, add the
   // error-feedback residual owed (which becomes zero), the exact algorithm of the plan, finish().
   void exact_under_auto(Comm& c, const at::Tensor& x, const Compression::Call& which, const Reduction& red,
-                        uint64_t in_bytes, const Tuner::Plan& plan, const NodeLayout* nodes, bool reduce_scatter,
+                        uint64_t in_bytes, const Plan& plan, bool reduce_scatter,
                         const std::function<void()>& finish);
-  // An exact all-reduce (scaled as red says); algorithm="auto" asks the tuner.
-  void run_dense_allreduce(Comm& c, Buf b, const Reduction& red, AllreduceAlgo algo, const NodeLayout* nodes);
+  // An exact all-reduce of a settled plan (scaled as red says).
+  void run_dense_allreduce(Comm& c, Buf b, const Reduction& red, const Plan& plan);
 
   bool use_cuda(const at::Tensor& t) const { return cuda_ && t.is_cuda(); }
   // One CUDA call (cuda_path.cc): what run_cuda needs besides its body.
@@ -289,15 +270,10 @@ class RingzipBackend final : public c10d::Backend {
 
   std::unique_ptr<Transport> net_;
   Transport* p2p_ = nullptr;  // user point-to-point: the wide transport (Gloo), net_ or inside it
-  NodeLayout layout_;
-  std::atomic<HierarchyMode> hierarchy_{HierarchyMode::Auto};
   Config cfg_;
-  mutable std::mutex cfg_mu_;
-  CompressionConfig comp_cfg_;
-  std::atomic<AllreduceAlgo> algorithm_{AllreduceAlgo::Auto};
   std::atomic<CheckMode> check_{CheckMode::Auto};
+  Planner planner_;
   Compression comp_;
-  Tuner tuner_;
   std::atomic<uint64_t> seq_{0};
 
   mutable std::mutex mu_;

@@ -30,6 +30,12 @@ void run_reduce_scatter(Comm& c, Buf flat, const Reduction& red, const at::Tenso
   if (mine.bytes()) std::memcpy(out.data_ptr(), mine.data, mine.bytes());  // null for empty parts
 }
 
+// The coalesced reduce-scatter runs every item exact.
+Call exact_only(Call call) {
+  call.may_compress = false;
+  return call;
+}
+
 void check_list(const std::vector<at::Tensor>& list, const at::Tensor& like, size_t expect,
                 const char* op, const char* what) {
   RZ_CHECK_VALUE(list.size() == expect, op, ": ", what, " has ", list.size(),
@@ -50,13 +56,14 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::allreduce(std::vector<at::Tensor>
 #ifdef RINGZIP_WITH_CUDA
   if (use_cuda(tensors[0])) return cuda_allreduce(tensors[0], opts);
 #endif
-  if (auto w = maybe_compressed_allreduce(tensors[0], opts, "allreduce", tensors)) return w;
+  const Call call = planned_call(CallKind::Allreduce, tensors[0], tensors[0].numel(), opts.reduceOp);
+  Plan plan = planner_.plan(call);
+  if (plan.compressed) return compressed_allreduce_work(tensors[0], opts, "allreduce", tensors, call, plan);
   auto red = to_reduction(opts.reduceOp, to_dtype(tensors[0].scalar_type(), "allreduce"), size_, "allreduce");
   auto s = Staged::in(tensors[0]);
-  auto algo = algorithm_.load();
-  const NodeLayout* nodes = node_aware(tensors[0].nbytes(), false);
-  return enqueue(c10d::OpType::ALLREDUCE, "allreduce", tensors, opts, [this, s, red, algo, nodes](Comm& c) {
-    run_dense_allreduce(c, s.buf(), red, algo, nodes);
+  return enqueue(c10d::OpType::ALLREDUCE, "allreduce", tensors, opts, [this, s, red, call, plan](Comm& c) mutable {
+    planner_.settle(c, call, plan);
+    run_dense_allreduce(c, s.buf(), red, plan);
     s.finish();
   });
 }
@@ -95,12 +102,14 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::allreduce_coalesced(
       off += t.numel();
     }
   };
-  if (auto w = maybe_compressed_allreduce(flat, as_one, "allreduce_coalesced", tensors, copy_back)) return w;
-  auto algo = algorithm_.load();
-  const NodeLayout* nodes = node_aware(flat.nbytes(), false);
+  const Call call = planned_call(CallKind::Allreduce, flat, flat.numel(), opts.reduceOp);
+  Plan plan = planner_.plan(call);
+  if (plan.compressed)
+    return compressed_allreduce_work(flat, as_one, "allreduce_coalesced", tensors, call, plan, copy_back);
   return enqueue(c10d::OpType::ALLREDUCE_COALESCED, "allreduce_coalesced", tensors, opts,
-                 [this, flat, red, algo, copy_back, nodes](Comm& c) {
-                   run_dense_allreduce(c, buf_of(flat), red, algo, nodes);
+                 [this, flat, red, copy_back, call, plan](Comm& c) mutable {
+                   planner_.settle(c, call, plan);
+                   run_dense_allreduce(c, buf_of(flat), red, plan);
                    copy_back();
                  });
 }
@@ -160,10 +169,12 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::reduce_scatter(
   std::vector<at::Tensor> parts;
   for (const auto& t : inputs[0]) parts.push_back(t.reshape({-1}).to(at::kCPU));
   auto flat = at::cat(parts);
-  if (auto w = maybe_compressed_reduce_scatter(outputs[0], flat, opts, "reduce_scatter", inputs[0][0]))
-    return w;
+  const Call call = planned_call(CallKind::ReduceScatter, flat, flat.numel(), opts.reduceOp);
+  Plan plan = planner_.plan(call);
+  if (plan.compressed)
+    return compressed_reduce_scatter_work(outputs[0], flat, opts, "reduce_scatter", inputs[0][0], call, plan);
   auto s = Staged::out(outputs[0]);
-  const NodeLayout* nodes = node_aware(flat.nbytes(), false);
+  const NodeLayout* nodes = plan.nodes;
   return enqueue(c10d::OpType::REDUCE_SCATTER, "reduce_scatter", outputs, opts,
                  [flat, s, red, nodes](Comm& c) {
                    run_reduce_scatter(c, buf_of(flat), red, s.work, nodes);
@@ -185,12 +196,14 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::_reduce_scatter_base(
   if (use_cuda(output))
     return cuda_reduce_scatter(output, {input}, opts, c10d::OpType::_REDUCE_SCATTER_BASE, "reduce_scatter_tensor");
 #endif
-  if (auto w = maybe_compressed_reduce_scatter(output, input, opts, "reduce_scatter_tensor", input))
-    return w;
+  const Call call = planned_call(CallKind::ReduceScatter, input, input.numel(), opts.reduceOp);
+  Plan plan = planner_.plan(call);
+  if (plan.compressed)
+    return compressed_reduce_scatter_work(output, input, opts, "reduce_scatter_tensor", input, call, plan);
   // The reduction runs in place, so it works on a copy: the caller's input stays intact.
   auto flat = input.to(at::kCPU, false, /*copy=*/true).contiguous();
   auto s = Staged::out(output);
-  const NodeLayout* nodes = node_aware(flat.nbytes(), false);
+  const NodeLayout* nodes = plan.nodes;
   return enqueue(c10d::OpType::_REDUCE_SCATTER_BASE, "reduce_scatter_tensor", {output}, opts,
                  [flat, s, red, nodes](Comm& c) {
                    run_reduce_scatter(c, buf_of(flat), red, s.work, nodes);
@@ -224,7 +237,8 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::reduce_scatter_tensor_coalesced(
     items.push_back({inputs[i].to(at::kCPU, false, true).contiguous(), Staged::out(outputs[i]),
                      to_reduction(opts.reduceOp, to_dtype(outputs[i].scalar_type(), "reduce_scatter"),
                                   size_, "reduce_scatter_tensor_coalesced"),
-                     node_aware(inputs[i].nbytes(), false)});
+                     planner_.plan(exact_only(planned_call(CallKind::ReduceScatter, inputs[i], inputs[i].numel(),
+                                                           opts.reduceOp))).nodes});
   }
   const auto n = static_cast<uint32_t>(items.size());
   return enqueue(c10d::OpType::COALESCED, "reduce_scatter_tensor_coalesced", outputs, opts,
@@ -349,6 +363,20 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::allgather_into_tensor_coalesced(
                      ++c.seq;
                    }
                  }, std::max<uint32_t>(static_cast<uint32_t>(items.size()), 1));
+}
+
+Call RingzipBackend::planned_call(CallKind kind, const at::Tensor& t, int64_t numel, const c10d::ReduceOp& op) const {
+  return Call{kind, use_cuda(t) ? Device::Cuda : Device::Host, t.scalar_type(), op.op_, numel,
+              static_cast<size_t>(numel) * t.element_size()};
+}
+
+void RingzipBackend::run_dense_allreduce(Comm& c, Buf b, const Reduction& red, const Plan& plan) {
+  if (red.pre != 1.0) scale_inplace(b.dtype, b.data, b.count, red.pre);
+  planner_.timed(c, plan, [&] {
+    if (plan.nodes) return hierarchical_allreduce(c, *plan.nodes, b, red.op, plan.dense);
+    ringzip::allreduce(c, b, red.op, plan.dense);
+  });
+  if (red.post != 1.0) scale_inplace(b.dtype, b.data, b.count, red.post);
 }
 
 }  // namespace ringzip

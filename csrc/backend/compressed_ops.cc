@@ -1,11 +1,13 @@
-// The compressed path of allreduce and reduce-scatter: float tensors with SUM / AVG /
-// PREMUL_SUM and at least min_numel elements, when the group's codec is not "none".
+// The compressed all-reduce and reduce-scatter on host tensors, as the planner planned them
+// (plan/plan.h: float tensors with SUM / AVG / PREMUL_SUM and at least min_numel elements, when
+// the group's codec is not "none"), and the exact run of one that codec="auto" keeps exact.
 #include <chrono>
 
 #include "backend/backend.h"
 #include "backend/compressed_run.h"
 #include "backend/tensors.h"
 #include "collective/hierarchy/hierarchy.h"
+#include "collective/reduce.h"
 #include "common/check.h"
 
 namespace ringzip {
@@ -48,39 +50,24 @@ class Fp16Watch {
 
 void RingzipBackend::configure(AllreduceAlgo algorithm, CheckMode check, CompressionConfig cc,
                                HierarchyMode hierarchy) {
-  parse_codec(cc);  // throws on a bad codec string
-  RZ_CHECK_VALUE(cc.bucket_size > 0, "bucket_size must be positive, got ", cc.bucket_size);
-  RZ_CHECK_VALUE(cc.min_numel >= 0, "min_numel must be >= 0, got ", cc.min_numel);
-  RZ_CHECK_VALUE(cc.topk_block >= 0, "topk_block must be >= 0, got ", cc.topk_block);
-  std::lock_guard<std::mutex> lock(cfg_mu_);
-  comp_cfg_ = std::move(cc);
-  algorithm_ = algorithm;
+  planner_.configure(algorithm, hierarchy, std::move(cc));
   check_ = check;
-  hierarchy_ = hierarchy;
 }
 
-CompressionConfig RingzipBackend::compression() const {
-  std::lock_guard<std::mutex> lock(cfg_mu_);
-  return comp_cfg_;
-}
-
-c10::intrusive_ptr<c10d::Work> RingzipBackend::maybe_compressed_allreduce(
-    const at::Tensor& t, const c10d::AllreduceOptions& opts, const char* name,
-    std::vector<at::Tensor> outputs, std::function<void()> after) {
-  const CompressionConfig cc = compression();
-  if (!compressible(cc, t, opts.reduceOp)) return {};
+c10::intrusive_ptr<c10d::Work> RingzipBackend::compressed_allreduce_work(
+    const at::Tensor& t, const c10d::AllreduceOptions& opts, const char* name, std::vector<at::Tensor> outputs,
+    Call call, Plan plan, std::function<void()> after) {
   const auto red = to_reduction(opts.reduceOp, to_dtype(t.scalar_type(), name), size_, name);
   const at::Tensor x = f32_work(t);
   const uint64_t in_bytes = t.nbytes();
   const at::Tensor owner = outputs.at(0);
-  const NodeLayout* nodes = node_aware(in_bytes, true);
-  const AllreduceAlgo dense = algorithm_.load();  // an exact call under codec="auto" runs it (or the model's)
+  const FpExtra fp = codec_fingerprint(plan.cc);
   return enqueue(c10d::OpType::ALLREDUCE, name, std::move(outputs), opts,
-                 [this, t, x, owner, red, cc, in_bytes, after, nodes, dense](Comm& c) {
+                 [this, t, x, owner, red, in_bytes, after, call, plan](Comm& c) mutable {
                    const int n = c.size();
-                   const Compression::Call which = comp_.begin_call(owner, t.numel(), cc.feedback());
-                   Tuner::Plan plan;
-                   const CompressionConfig run = plan_codec(c, cc, dense, x.numel(), false, nodes, plan);
+                   const Compression::Call which = comp_.begin_call(owner, t.numel(), plan.cc.feedback());
+                   planner_.settle(c, call, plan);
+                   const CompressionConfig& run = plan.run;
                    const Fp16Watch fp16(run, x);
                    auto finish = [&] {
                      fp16.after(comp_, run, x);
@@ -88,36 +75,34 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::maybe_compressed_allreduce(
                      if (!x.is_same(t)) t.copy_(x);
                      if (after) after();
                    };
-                   Tuner* observe = !plan.key.empty() && !nodes ? &tuner_ : nullptr;  // planned; node-aware calls: not observed
-                   if (!run.enabled()) return exact_under_auto(c, x, which, red, in_bytes, plan, nodes, false, finish);
+                   if (!run.enabled()) return exact_under_auto(c, x, which, red, in_bytes, plan, false, finish);
+                   const NodeLayout* nodes = plan.nodes;
                    run_compressed(
                        c, comp_, run, x, which, red, in_bytes, dense_factor_of(nodes, n, true),
-                       [&](const CompressedCall& call) {
-                         run_observed(observe, plan, c, [&] {
-                           if (nodes) return hierarchical_compressed_allreduce(c, *nodes, x.data_ptr<float>(), x.numel(), call);
-                           compressed_allreduce(c, x.data_ptr<float>(), x.numel(), call);
+                       [&](const CompressedCall& cc) {
+                         planner_.timed(c, plan, [&] {
+                           if (nodes) return hierarchical_compressed_allreduce(c, *nodes, x.data_ptr<float>(), x.numel(), cc);
+                           compressed_allreduce(c, x.data_ptr<float>(), x.numel(), cc);
                          });
                        },
                        finish);
-                 }, 1, codec_fingerprint(cc));
+                 }, 1, fp);
 }
 
-c10::intrusive_ptr<c10d::Work> RingzipBackend::maybe_compressed_reduce_scatter(
-    const at::Tensor& out, const at::Tensor& flat_in, const c10d::ReduceScatterOptions& opts,
-    const char* name, const at::Tensor& identity) {
-  const CompressionConfig cc = compression();
-  if (!compressible(cc, flat_in, opts.reduceOp)) return {};
+c10::intrusive_ptr<c10d::Work> RingzipBackend::compressed_reduce_scatter_work(
+    const at::Tensor& out, const at::Tensor& flat_in, const c10d::ReduceScatterOptions& opts, const char* name,
+    const at::Tensor& identity, Call call, Plan plan) {
   const auto red = to_reduction(opts.reduceOp, to_dtype(out.scalar_type(), name), size_, name);
   // A fresh float32 copy: the reduction runs in place and the caller's input stays intact.
   const at::Tensor x = flat_in.to(at::kCPU, at::kFloat, false, /*copy=*/true).contiguous().view({-1});
   const uint64_t in_bytes = flat_in.nbytes();
-  const NodeLayout* nodes = node_aware(in_bytes, true);
+  const FpExtra fp = codec_fingerprint(plan.cc);
   return enqueue(c10d::OpType::REDUCE_SCATTER, name, {out}, opts,
-                 [this, out, x, identity, red, cc, in_bytes, nodes](Comm& c) {
+                 [this, out, x, identity, red, in_bytes, call, plan](Comm& c) mutable {
                    const int n = c.size();
-                   const Compression::Call which = comp_.begin_call(identity, x.numel(), cc.feedback());
-                   Tuner::Plan plan;
-                   const CompressionConfig run = plan_codec(c, cc, AllreduceAlgo::Ring, x.numel(), true, nodes, plan);
+                   const Compression::Call which = comp_.begin_call(identity, x.numel(), plan.cc.feedback());
+                   planner_.settle(c, call, plan);
+                   const CompressionConfig& run = plan.run;
                    const Fp16Watch fp16(run, x);
                    auto finish = [&] {
                      const int64_t part = out.numel();
@@ -126,19 +111,49 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::maybe_compressed_reduce_scatter(
                      if (red.post != 1.0) mine.mul_(red.post);
                      out.copy_(mine.view(out.sizes()));
                    };
-                   Tuner* observe = !plan.key.empty() && !nodes ? &tuner_ : nullptr;
-                   if (!run.enabled()) return exact_under_auto(c, x, which, red, in_bytes, plan, nodes, true, finish);
+                   if (!run.enabled()) return exact_under_auto(c, x, which, red, in_bytes, plan, true, finish);
+                   const NodeLayout* nodes = plan.nodes;
                    run_compressed(
                        c, comp_, run, x, which, red, in_bytes, dense_factor_of(nodes, n, false),
-                       [&](const CompressedCall& call) {
-                         run_observed(observe, plan, c, [&] {
+                       [&](const CompressedCall& cc) {
+                         planner_.timed(c, plan, [&] {
                            float* data = x.data_ptr<float>();
-                           if (nodes) return hierarchical_compressed_reduce_scatter(c, *nodes, data, x.numel(), call);
-                           compressed_reduce_scatter(c, data, x.numel(), call);
+                           if (nodes) return hierarchical_compressed_reduce_scatter(c, *nodes, data, x.numel(), cc);
+                           compressed_reduce_scatter(c, data, x.numel(), cc);
                          });
                        },
                        finish);
-                 }, 1, codec_fingerprint(cc));
+                 }, 1, fp);
+}
+
+void RingzipBackend::exact_under_auto(Comm& c, const at::Tensor& x, const Compression::Call& which,
+                                      const Reduction& red, uint64_t in_bytes, const Plan& plan, bool reduce_scatter,
+                                      const std::function<void()>& finish) {
+  const auto t0 = std::chrono::steady_clock::now();
+  if (red.pre != 1.0) x.mul_(red.pre);
+  // What earlier compressed calls owe travels now, exactly: nothing is lost when the choice flips.
+  if (which.residual.defined()) {
+    x.add_(which.residual);
+    which.residual.zero_();
+  }
+  const Buf b = buf_of(x);
+  const int n = c.size();
+  const NodeLayout* nodes = plan.nodes;
+  planner_.timed(c, plan, [&] {
+    if (reduce_scatter) {
+      if (nodes) return hierarchical_reduce_scatter(c, *nodes, b, RedOp::Sum);
+      return ring_reduce_scatter(c, b, RedOp::Sum, even_parts(b.count, n));
+    }
+    if (nodes) return hierarchical_allreduce(c, *nodes, b, RedOp::Sum, plan.dense);
+    ringzip::allreduce(c, b, RedOp::Sum, plan.dense);
+  });
+  finish();
+  // As run_compressed counts: node-aware calls file the bytes between nodes as bytes_wire and the
+  // exact steps inside the node as bytes_intra_node.
+  CodecStats d{1, in_bytes, c.bytes_sent, static_cast<uint64_t>(dense_factor_of(nodes, n, !reduce_scatter) * in_bytes),
+               0, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()};
+  d.bytes_intra_node = c.bytes_intra_node;
+  comp_.record("none", d);
 }
 
 }  // namespace ringzip

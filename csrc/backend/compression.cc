@@ -5,37 +5,6 @@
 
 namespace ringzip {
 
-void parse_codec(CompressionConfig& cc) {
-  const std::string& s = cc.codec;
-  cc.autotune = s == "auto" || s.rfind("auto:", 0) == 0;
-  cc.candidates.clear();
-  if (!cc.autotune) {
-    cc.parsed = codec::parse(s, cc.bucket_size, cc.stochastic);
-    cc.named = s;
-    return;
-  }
-  cc.named = s == "auto" ? "q4" : s.substr(5);
-  try {
-    cc.parsed = codec::parse(cc.named, cc.bucket_size, cc.stochastic);
-  } catch (const std::invalid_argument& e) {
-    throw std::invalid_argument("bad codec '" + s + "' ('auto' or 'auto:<codec>'): " + e.what());
-  }
-  for (const codec::Spec& c : cost::codec_candidates(cc.parsed))
-    cc.candidates.push_back({c.kind == cc.parsed.kind ? cc.named : codec::name(c), c});
-}
-
-bool compressible(const CompressionConfig& cc, const at::Tensor& t, const c10d::ReduceOp& op) {
-  return compressible(cc, t, t.numel(), op);
-}
-
-bool compressible(const CompressionConfig& cc, const at::Tensor& t, int64_t numel, const c10d::ReduceOp& op) {
-  const auto st = t.scalar_type();
-  const bool fp = st == at::kFloat || st == at::kHalf || st == at::kBFloat16;
-  const bool summing = op.op_ == c10d::ReduceOp::SUM || op.op_ == c10d::ReduceOp::AVG ||
-                       op.op_ == c10d::ReduceOp::PREMUL_SUM;
-  return cc.enabled() && fp && summing && numel >= cc.min_numel;
-}
-
 std::string Compression::key_of(const at::Tensor& t, int64_t numel) {
   return std::to_string(reinterpret_cast<uintptr_t>(t.storage().unsafeGetStorageImpl())) + ":" +
          std::to_string(t.storage_offset()) + ":" + std::to_string(numel);

@@ -1,7 +1,7 @@
 #pragma once
-// The compression policy of one group: which all-reduces are compressed (float dtypes, SUM /
-// AVG / PREMUL_SUM, at least min_numel elements), the error-feedback residuals, and the
-// per-codec counters behind ringzip.stats().
+// The compression state of one group: the error-feedback residuals, the compressed-call
+// counter, and the per-codec counters behind ringzip.stats(). Which calls are compressed is the
+// planner's decision (plan/plan.h).
 #include <ATen/ATen.h>
 #include <torch/csrc/distributed/c10d/Types.hpp>
 
@@ -11,46 +11,10 @@
 #include <string>
 #include <vector>
 
-#include "backend/tuner.h"
+#include "plan/options.h"
 #include "collective/compressed.h"
 
 namespace ringzip {
-
-struct CompressionConfig {
-  std::string codec = "none";
-  int64_t bucket_size = 512;
-  bool stochastic = true;
-  int64_t min_numel = 65536;  // 256 KiB of float32: below, compression loses to dense (bench/results)
-  std::optional<bool> error_feedback;  // nullopt: on for biased codecs
-  uint64_t seed = 0;
-  CompressedAlgo algorithm = CompressedAlgo::Auto;
-  int64_t topk_block = int64_t(1) << 20;  // top-k selects per block of this many elements; 0: whole tensor
-  size_t segment_elems = 0;  // SRA's segments (CompressedCall::segment_elems): set per call by its plan (plan_codec)
-
-  // Parsed once when the settings change (RingzipBackend::configure, parse_codec), not per call.
-  codec::Spec parsed;
-  // codec="auto" / "auto:<named>" (plain "auto" = "auto:q4"): every call runs the candidate the
-  // cost model predicts fastest (backend/tuner.h); exact first, then the less lossy ones.
-  // `parsed` is then the named codec: error feedback defaults to what it needs, and a path
-  // without the model (CUDA) runs it.
-  bool autotune = false;
-  std::string named;
-  std::vector<CodecCandidate> candidates;
-  const codec::Spec& spec() const { return parsed; }
-  bool enabled() const { return codec != "none"; }
-  bool feedback() const { return error_feedback.value_or(codec::biased(spec())); }
-  // The name stats() files a call under: the codec that ran.
-  const std::string& stats_name() const { return autotune ? named : codec; }
-};
-
-// Parses cc.codec into parsed / autotune / named / candidates; std::invalid_argument naming the
-// bad part (e.g. "auto:zz").
-void parse_codec(CompressionConfig& cc);
-
-// The policy: float32/float16/bfloat16, SUM/AVG/PREMUL_SUM, at least min_numel elements.
-bool compressible(const CompressionConfig& cc, const at::Tensor& t, const c10d::ReduceOp& op);
-// The same for `numel` elements of t's dtype (a call whose tensors are cut into parts).
-bool compressible(const CompressionConfig& cc, const at::Tensor& t, int64_t numel, const c10d::ReduceOp& op);
 
 struct CodecStats {
   uint64_t calls = 0;

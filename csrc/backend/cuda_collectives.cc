@@ -59,18 +59,19 @@ void write_back(const at::Tensor& buf, const at::Tensor& t) {
 }
 at::Tensor flat_view(const at::Tensor& contiguous_t) { return contiguous_t.view({-1}); }
 
-// Exact all-reduce in place of a contiguous tensor w: ncclAllReduce where NCCL has the op and
-// no algorithm is forced, else ringzip's (ring / rd / direct / star, bitwise ops, bool).
-void exact_allreduce(Comm& c, CudaDevice& d, const at::Tensor& w, const Reduction& red, AllreduceAlgo algo) {
+// Exact all-reduce in place of a contiguous tensor w as settled: ncclAllReduce where the plan
+// says so, else ringzip's algorithm (a named one, bitwise ops, bool).
+void exact_allreduce(Comm& c, CudaDevice& d, const at::Tensor& w, const Reduction& red, const Plan& plan) {
   if (red.pre != 1.0) w.mul_(red.pre);
   ncclRedOp_t op = ncclSum;
   if (w.numel() == 0) return;  // every rank has the same count (fingerprint): no NCCL call anywhere
-  if (algo == AllreduceAlgo::Auto && nccl_op(red.op, w.scalar_type(), op)) {
+  if (plan.nccl) {
+    nccl_op(red.op, w.scalar_type(), op);
     nccl_check(ncclAllReduce(w.data_ptr(), w.data_ptr(), w.numel(), nccl_type(w.scalar_type()), op, d.comm->get(),
                              stream_of(d)),
                "ncclAllReduce");
   } else {
-    ringzip::allreduce(c, buf_of(w), red.op, algo);
+    ringzip::allreduce(c, buf_of(w), red.op, plan.dense);
   }
   if (red.post != 1.0) w.mul_(red.post);
 }
@@ -105,11 +106,13 @@ void compressed_allreduce_on(Comm& c, Compression& comp, const CompressionConfig
       });
 }
 
-// Reduce-scatter of `flat` (contiguous, every rank's part in rank order) into `out`.
+// Reduce-scatter of `flat` (contiguous, every rank's part in rank order) into `out`; by NCCL
+// where the plan says so.
 void exact_reduce_scatter(Comm& c, CudaDevice& d, const at::Tensor& flat, const at::Tensor& out,
-                          const Reduction& red) {
+                          const Reduction& red, const Plan& plan) {
   ncclRedOp_t op = ncclSum;
-  const bool by_nccl = nccl_op(red.op, flat.scalar_type(), op);
+  const bool by_nccl = plan.nccl;
+  nccl_op(red.op, flat.scalar_type(), op);
   // Scaled or reduced in place: on a copy, the caller's input stays intact.
   at::Tensor in = (red.pre != 1.0 || !by_nccl) ? flat.clone(at::MemoryFormat::Contiguous) : flat;
   if (red.pre != 1.0) in.mul_(red.pre);
@@ -161,18 +164,20 @@ void nccl_allgather(CudaDevice& d, const at::Tensor& in, const at::Tensor& out) 
 
 c10::intrusive_ptr<c10d::Work> RingzipBackend::cuda_allreduce(at::Tensor& t, const c10d::AllreduceOptions& opts) {
   const auto red = to_reduction(opts.reduceOp, to_dtype(t.scalar_type(), "allreduce"), size_, "allreduce");
-  const CompressionConfig cc = compression();
-  if (compressible(cc, t, opts.reduceOp)) {
-    auto call = cuda_call(c10d::OpType::ALLREDUCE, "allreduce", t, {t}, {t}, opts, 1, codec_fingerprint(cc));
-    const NodeLayout* nodes = node_aware(t.nbytes(), true);
-    return run_cuda(std::move(call),
-                    [&](Comm& c, CudaDevice&) { compressed_allreduce_on(c, comp_, cc, t, t, red, nodes); });
+  const Call planned = planned_call(CallKind::Allreduce, t, t.numel(), opts.reduceOp);
+  Plan plan = planner_.plan(planned);
+  if (plan.compressed) {
+    auto call = cuda_call(c10d::OpType::ALLREDUCE, "allreduce", t, {t}, {t}, opts, 1, codec_fingerprint(plan.cc));
+    return run_cuda(std::move(call), [&](Comm& c, CudaDevice&) {
+      planner_.settle(c, planned, plan);
+      compressed_allreduce_on(c, comp_, plan.run, t, t, red, plan.nodes);
+    });
   }
-  const auto algo = algorithm_.load();
   return run_cuda(cuda_call(c10d::OpType::ALLREDUCE, "allreduce", t, {t}, {t}, opts),
                   [&](Comm& c, CudaDevice& d) {
+                    planner_.settle(c, planned, plan);
                     at::Tensor w = contiguous(t);
-                    exact_allreduce(c, d, w, red, algo);
+                    exact_allreduce(c, d, w, red, plan);
                     write_back(w, t);
                   });
 }
@@ -183,21 +188,21 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::cuda_allreduce_coalesced(std::vec
   const auto red = to_reduction(opts.reduceOp, to_dtype(tensors[0].scalar_type(), name), size_, name);
   int64_t total = 0;
   for (const auto& t : tensors) total += t.numel();
-  const CompressionConfig cc = compression();
-  const bool compress = compressible(cc, tensors[0], total, opts.reduceOp);
-  const auto algo = algorithm_.load();
+  const Call planned = planned_call(CallKind::Allreduce, tensors[0], total, opts.reduceOp);
+  Plan plan = planner_.plan(planned);
   // As on the host: one flat tensor, all-reduced as one call (compressed: an ALLREDUCE).
-  auto call = compress ? cuda_call(c10d::OpType::ALLREDUCE, name, tensors[0], tensors, tensors, opts, 1,
-                                   codec_fingerprint(cc))
-                       : cuda_call(c10d::OpType::ALLREDUCE_COALESCED, name, tensors[0], tensors, tensors, opts);
+  auto call = plan.compressed ? cuda_call(c10d::OpType::ALLREDUCE, name, tensors[0], tensors, tensors, opts, 1,
+                                          codec_fingerprint(plan.cc))
+                              : cuda_call(c10d::OpType::ALLREDUCE_COALESCED, name, tensors[0], tensors, tensors, opts);
   return run_cuda(std::move(call), [&](Comm& c, CudaDevice& d) {
+    planner_.settle(c, planned, plan);
     std::vector<at::Tensor> parts;
     for (const auto& t : tensors) parts.push_back(t.reshape({-1}));
     at::Tensor flat = at::cat(parts);
-    if (compress)
-      compressed_allreduce_on(c, comp_, cc, tensors[0], flat, red, node_aware(flat.nbytes(), true));
+    if (plan.compressed)
+      compressed_allreduce_on(c, comp_, plan.run, tensors[0], flat, red, plan.nodes);
     else
-      exact_allreduce(c, d, flat, red, algo);
+      exact_allreduce(c, d, flat, red, plan);
     int64_t off = 0;
     for (const auto& t : tensors) {
       t.copy_(flat.narrow(0, off, t.numel()).view(t.sizes()));
@@ -223,13 +228,15 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::cuda_reduce(at::Tensor& t, const 
   const auto red = to_reduction(opts.reduceOp, to_dtype(t.scalar_type(), "reduce"), size_, "reduce");
   const int root = static_cast<int>(opts.rootRank);
   const bool is_root = rank_ == root;
+  const Plan plan = planner_.plan(planned_call(CallKind::Reduce, t, t.numel(), opts.reduceOp));
   return run_cuda(cuda_call(c10d::OpType::REDUCE, "reduce", t, {t}, {t}, opts), [&](Comm& c, CudaDevice& d) {
     // Pre-scaling must not touch a non-root's input, so it works on a copy there.
     at::Tensor w = (red.pre != 1.0 && !is_root) ? t.clone(at::MemoryFormat::Contiguous) : contiguous(t);
     if (red.pre != 1.0) w.mul_(red.pre);
     ncclRedOp_t op = ncclSum;
     if (w.numel() == 0) return;
-    if (nccl_op(red.op, w.scalar_type(), op)) {
+    if (plan.nccl) {
+      nccl_op(red.op, w.scalar_type(), op);
       nccl_check(ncclReduce(w.data_ptr(), w.data_ptr(), w.numel(), nccl_type(w.scalar_type()), op, root,
                             d.comm->get(), stream_of(d)),
                  "ncclReduce");
@@ -287,13 +294,15 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::cuda_reduce_scatter(at::Tensor& o
                                                                    const c10d::ReduceScatterOptions& opts,
                                                                    c10d::OpType type, const char* name) {
   const auto red = to_reduction(opts.reduceOp, to_dtype(out.scalar_type(), name), size_, name);
-  const CompressionConfig cc = compression();
-  const bool compress = compressible(cc, parts[0], out.numel() * size_, opts.reduceOp);
+  const Call planned = planned_call(CallKind::ReduceScatter, parts[0], out.numel() * size_, opts.reduceOp);
+  Plan plan = planner_.plan(planned);
   const at::Tensor identity = parts[0];  // names the residual, as on the host path
   // Fingerprints as on the host: a compressed call is a REDUCE_SCATTER with its codec.
-  auto call = compress ? cuda_call(c10d::OpType::REDUCE_SCATTER, name, out, parts, {out}, opts, 1, codec_fingerprint(cc))
-                       : cuda_call(type, name, out, parts, {out}, opts);
+  auto call = plan.compressed
+                  ? cuda_call(c10d::OpType::REDUCE_SCATTER, name, out, parts, {out}, opts, 1, codec_fingerprint(plan.cc))
+                  : cuda_call(type, name, out, parts, {out}, opts);
   return run_cuda(std::move(call), [&, parts, identity](Comm& c, CudaDevice& d) {
+    planner_.settle(c, planned, plan);
     at::Tensor flat;
     if (parts.size() == 1) {
       flat = flat_view(contiguous(parts[0]));
@@ -302,10 +311,10 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::cuda_reduce_scatter(at::Tensor& o
       for (const auto& p : parts) flat_parts.push_back(p.reshape({-1}));
       flat = at::cat(flat_parts);
     }
-    if (compress)
-      compressed_reduce_scatter_on(c, comp_, cc, identity, flat, out, red, node_aware(flat.nbytes(), true));
+    if (plan.compressed)
+      compressed_reduce_scatter_on(c, comp_, plan.run, identity, flat, out, red, plan.nodes);
     else
-      exact_reduce_scatter(c, d, flat, out, red);
+      exact_reduce_scatter(c, d, flat, out, red, plan);
   });
 }
 
@@ -315,11 +324,17 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::cuda_reduce_scatter_coalesced(std
   const char* name = "reduce_scatter_tensor_coalesced";
   std::vector<Reduction> reds;
   for (const auto& o : outputs) reds.push_back(to_reduction(opts.reduceOp, to_dtype(o.scalar_type(), name), size_, name));
+  std::vector<Plan> plans;
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    Call planned = planned_call(CallKind::ReduceScatter, inputs[i], inputs[i].numel(), opts.reduceOp);
+    planned.may_compress = false;  // every item exact, as on the host
+    plans.push_back(planner_.plan(planned));
+  }
   const auto n = static_cast<uint32_t>(outputs.size());
   auto call = cuda_call(c10d::OpType::COALESCED, name, outputs[0], inputs, outputs, opts, std::max<uint32_t>(n, 1));
   return run_cuda(std::move(call), [&](Comm& c, CudaDevice& d) {
     for (size_t i = 0; i < outputs.size(); ++i) {
-      exact_reduce_scatter(c, d, flat_view(contiguous(inputs[i])), outputs[i], reds[i]);
+      exact_reduce_scatter(c, d, flat_view(contiguous(inputs[i])), outputs[i], reds[i], plans[i]);
       ++c.seq;  // one sequence number per item, as on the host
     }
   });

@@ -10,9 +10,7 @@ namespace ringzip {
 
 enum class AllreduceAlgo { Auto, Ring, RecursiveDoubling, Direct, Star, HalvingDoubling, Tree };
 
-// Picks the algorithm for a dense all-reduce of `bytes` over `ranks` (collective/choose.cc).
-AllreduceAlgo choose_allreduce(size_t bytes, int ranks, AllreduceAlgo requested);
-
+// Runs algorithm `algo` (not Auto: the planner chooses, plan/plan.h).
 void allreduce(Comm& c, Buf data, RedOp op, AllreduceAlgo algo);
 void ring_allreduce(Comm& c, Buf data, RedOp op);
 void rd_allreduce(Comm& c, Buf data, RedOp op);

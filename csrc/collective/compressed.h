@@ -6,6 +6,7 @@
 #include <string>
 
 #include "codec/codec.h"
+#include "collective/algorithms.h"
 #include "collective/comm.h"
 
 namespace ringzip {
@@ -19,8 +20,6 @@ enum class CompressedAlgo { Auto, Ring, Sra, Sparse };
 
 CompressedAlgo parse_compressed_algo(const std::string& s);  // "auto","ring","sra","sparse"
 const char* compressed_algo_name(CompressedAlgo a);
-// The algorithm that runs for `spec` when `requested` is asked for (collective/choose.cc).
-CompressedAlgo choose_compressed(const codec::Spec& spec, CompressedAlgo requested);
 
 struct CompressedCall {
   codec::Spec spec;
@@ -29,7 +28,8 @@ struct CompressedCall {
   // number of the call in its group's sequence of compressed calls (backend/compression.h), so
   // the streams survive a restart with the error-feedback state. Never the tag's sequence number.
   uint32_t rng_seq = 0;
-  CompressedAlgo algo = CompressedAlgo::Auto;
+  // Ring, Sra or Sparse (the planner resolves "auto": plan/plan.h).
+  CompressedAlgo algo = CompressedAlgo::Sra;
   // Error feedback, when non-null: on entry the residual owed from earlier calls, which the
   // algorithm adds to data before compressing; on return the new residual, (data + residual)
   // - (what this rank's contribution became on the wire), zero where it travelled exactly.
@@ -40,6 +40,10 @@ struct CompressedCall {
   // SRA's segment length in elements (compressed/layout.h); 0: kSegmentElems. The same on every
   // rank (message sizes follow it); the bits of the result do not depend on it.
   size_t segment_elems = 0;
+  // The dense algorithm of random-k's exact all-reduce of its k values, by their bytes and the
+  // ranks (the planner's rule, handed down so this layer decides nothing).
+  using DenseRule = AllreduceAlgo (*)(size_t bytes, int ranks);
+  DenseRule values_rule = nullptr;
 };
 
 // data: count float32 elements of this rank's input; replaced by the compressed sum.

@@ -1,12 +1,12 @@
-// ringzip._C.cost: the cost model's pure functions (collective/cost.h) and the host kernel
-// speeds it is fed (backend/tuner.h), for tests and the benchmarks' predicted-vs-measured table.
+// ringzip._C.cost: the cost model's pure functions (plan/cost.h) and the host kernel
+// speeds it is fed (plan/tuner.h), for tests and the benchmarks' predicted-vs-measured table.
 // Parameters in seconds: alpha per message, inv_bw per byte of link, reduce per byte reduced;
 // codec speeds as (encode, decode, feedback) seconds per input byte.
 #include <pybind11/stl.h>
 #include <torch/csrc/utils/pybind.h>
 
 #include "backend/backend.h"
-#include "collective/cost.h"
+#include "plan/cost.h"
 #include "python/bindings.h"
 
 namespace py = pybind11;

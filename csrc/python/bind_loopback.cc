@@ -13,6 +13,7 @@
 
 #include "backend/tensors.h"
 #include "collective/algorithms.h"
+#include "plan/cost.h"
 #include "collective/compressed.h"
 #include "collective/hierarchy/hierarchy.h"
 #include "python/bindings.h"
@@ -133,13 +134,17 @@ Tensors collective(const std::string& op, const Tensors& inputs, const std::stri
   const int n = static_cast<int>(w.size());
   if (root < 0 || root >= n) bad("root " + std::to_string(root) + " out of range");
   const RedOp red = parse_op(reduce_op);
-  const AllreduceAlgo algo = parse_dense(algorithm);
   const size_t esz = w[0].element_size();
+  const std::optional<NodeLayout> lay = run.routed ? std::nullopt : layout_of(run, n);
+  // "auto": the planner's rule where nothing is measured, at the size of the step it chooses for
+  // (node-aware: one node's shard among the nodes).
+  AllreduceAlgo algo = parse_dense(algorithm);
+  if (algo == AllreduceAlgo::Auto)
+    algo = lay ? rule_dense(w[0].nbytes() / lay->ranks_per_node(), lay->nodes()) : rule_dense(w[0].nbytes(), n);
   std::vector<size_t> begin = parts ? *parts : even_parts(w[0].numel(), n);
   if (begin.size() != static_cast<size_t>(n) + 1) bad("parts must have n + 1 offsets");
   Tensors out = w;
   std::function<void(int, Comm&)> body;
-  const std::optional<NodeLayout> lay = run.routed ? std::nullopt : layout_of(run, n);
   if (lay && op != "allreduce" && op != "reduce_scatter") bad("nodes: only allreduce and reduce_scatter are node-aware");
   if (lay && op == "allreduce") {
     body = [&](int r, Comm& c) { hierarchical_allreduce(c, *lay, buf(w[r]), red, algo); };
@@ -220,7 +225,8 @@ std::pair<Tensors, std::optional<Tensors>> compressed(const std::string& op, con
   base.spec = codec::parse(codec, bucket, rounding == "stochastic");
   base.seed = seed;
   base.rng_seq = rng_seq;
-  base.algo = parse_compressed_algo(algorithm);
+  base.algo = resolve_compressed(base.spec, parse_compressed_algo(algorithm));
+  base.values_rule = &rule_dense;
   base.topk_block = topk_block;
   base.segment_elems = segment_elems;
   std::optional<Tensors> res;

@@ -102,8 +102,9 @@ void bind_shm(py::module_& m) {
       "shm_allreduce",
       [](PyShm& s, const at::Tensor& t, const std::string& algorithm, uint32_t seq, std::optional<double> timeout_s) {
         at::Tensor c = checked(t);
-        const AllreduceAlgo algo = parse_algorithm(algorithm);
         const Buf b{c.data_ptr(), static_cast<size_t>(c.numel()), to_dtype(c.scalar_type(), "shm_allreduce")};
+        AllreduceAlgo algo = parse_algorithm(algorithm);
+        if (algo == AllreduceAlgo::Auto) algo = rule_dense(b.bytes(), s.net->size());
         run_collective(s, seq, timeout_s, "allreduce", [&](Comm& comm) { allreduce(comm, b, RedOp::Sum, algo); });
       },
       "transport"_a, "tensor"_a, "algorithm"_a = "ring", "seq"_a = 0, "timeout_s"_a = py::none(),
@@ -119,7 +120,8 @@ void bind_shm(py::module_& m) {
         call.spec = codec::parse(codec, 512, true);
         call.seed = seed;
         call.rng_seq = seq;
-        call.algo = parse_compressed_algo(algorithm);
+        call.algo = resolve_compressed(call.spec, parse_compressed_algo(algorithm));
+        call.values_rule = &rule_dense;
         run_collective(s, seq, timeout_s, "allreduce",
                        [&](Comm& comm) { compressed_allreduce(comm, c.data_ptr<float>(), c.numel(), call); });
       },

@@ -1,4 +1,4 @@
-"""The cost model's pure functions (csrc/collective/cost.h through ringzip._C.cost): each
+"""The cost model's pure functions (csrc/plan/cost.h through ringzip._C.cost): each
 algorithm's terms read off its schedule, the dense choice, the candidates of codec="auto:<codec>"
 and the codec choice given fixed parameters (docs/algorithms.md, "Choosing: the cost model")."""
 from __future__ import annotations

@@ -1,6 +1,7 @@
 // Entry points of the compressed collectives (collective/compressed.h): the single-rank round
-// trip, the algorithm chosen in collective/choose.cc, and the residual's final check.
+// trip, the algorithm the planner resolved (CompressedCall::algo), and the residual's final check.
 #include "collective/compressed/common.h"
+#include "common/check.h"
 
 namespace ringzip {
 
@@ -32,13 +33,17 @@ void compressed_allreduce(Comm& c, float* data, size_t count, const CompressedCa
   }
   // Each algorithm adds the residual owed by earlier calls itself (top-k and sra on host
   // transports fuse it into their encodes) and says whether the new one is known to be finite.
+  const bool sparse_codec = call.spec.kind == codec::Kind::TopK || call.spec.kind == codec::Kind::RandomK;
+  RZ_CHECK(call.algo != CompressedAlgo::Auto && sparse_codec == (call.algo == CompressedAlgo::Sparse),
+           "compressed all-reduce: algorithm '", compressed_algo_name(call.algo), "' cannot run codec ",
+           codec::name(call.spec));
   bool residual_finite;
-  switch (choose_compressed(call.spec, call.algo)) {
+  switch (call.algo) {
     case CompressedAlgo::Ring: residual_finite = ring(c, data, count, call); break;
     case CompressedAlgo::Sparse:
       residual_finite = call.spec.kind == codec::Kind::TopK ? topk(c, data, count, call) : randomk(c, data, count, call);
       break;
-    default: residual_finite = sra(c, data, count, call, true);
+    default: residual_finite = sra(c, data, count, call, true);  // Sra
   }
   if (call.residual && !residual_finite) c.dev.drop_nonfinite(call.residual, count);
 }

@@ -1,8 +1,9 @@
 // Random-k all-reduce: every rank selects the same indices (keyed by seed and call number
-// only), so the k values can be summed by an exact all-reduce (collective/choose.cc picks it);
+// only), so the k values can be summed by an exact all-reduce (the planner's rule picks it: CompressedCall::values_rule);
 // one more slot carries the "saw a NaN/Inf" flag as NaN (codec::randomk_to_values).
 #include "collective/algorithms.h"
 #include "collective/compressed/common.h"
+#include "common/check.h"
 
 namespace ringzip::compressed {
 
@@ -17,7 +18,9 @@ bool randomk(Comm& c, float* data, size_t count, const CompressedCall& call) {
   encode(c, call, data, count, 0, key0, payload.get());
   record_residual(c, call, data, payload.get(), pb, count, 0, key0);
   c.dev.randomk_to_values(payload.get(), k, v);
-  allreduce(c, Buf{v, k + 1, DType::F32}, RedOp::Sum, AllreduceAlgo::Auto);
+  RZ_CHECK(call.values_rule, "random-k: no rule for the values' all-reduce");
+  const Buf values{v, k + 1, DType::F32};
+  allreduce(c, values, RedOp::Sum, call.values_rule(values.bytes(), c.size()));
   c.dev.randomk_from_values(v, k, payload.get());
   CodecTimer t(c);
   c.dev.decode(call.spec, payload.get(), pb, count, 0, key0, data);

@@ -113,7 +113,7 @@ def _auto_delta(before, after) -> dict | None:
 
 
 # Warm-up of a row whose calls ringzip chooses for (algorithm or codec "auto"): its first calls at
-# a size try ways to measure them (backend/tuner.h), one-time costs of up to ~20 calls that are not
+# a size try ways to measure them (csrc/plan/tuner.h), one-time costs of up to ~20 calls that are not
 # the steady state a row reports (at 64 MiB a tried direct exchange took 3x the ring's time, and
 # with the row's 1-2 warm-up calls the exact row ran it in a timed call). So warm-up goes on until
 # SETTLE_CALM calls in a row were chosen by price, at most SETTLE_MAX calls.

@@ -30,7 +30,7 @@ GATHER_PHASE = 0xF0
 SEGMENT_ELEMS = 1 << 19  # csrc/collective/compressed/layout.h kSegmentElems (the bits do not depend on it)
 GATHER_STEP = 0x8000
 MAX_TOPK_BLOCKS = 4096
-RING_THRESHOLD = 1 << 20  # csrc/collective/recursive_doubling.cc choose_allreduce
+RING_THRESHOLD = 1 << 20  # csrc/plan/cost_options.cc rule_dense
 STAR_MAX_SENT = 16 << 10
 
 

@@ -2,7 +2,7 @@
 // The cost model behind algorithm="auto" and codec="auto" (docs/algorithms.md, "Choosing: the
 // cost model"): the predicted time of one all-reduce (or reduce-scatter) of each algorithm and
 // codec, from a few parameters measured per group and per process. Pure functions: the backend
-// (backend/tuner.h) measures the parameters and makes every rank hold the same ones, so every
+// (plan/tuner.h) measures the parameters and makes every rank hold the same ones, so every
 // rank's choice -- a function of those parameters, the call's size and n -- is the same.
 #include <cstddef>
 #include <optional>
@@ -11,6 +11,20 @@
 #include "codec/codec.h"
 #include "collective/algorithms.h"
 #include "collective/compressed.h"
+
+namespace ringzip {
+
+// The rules that choose where nothing was measured (a dense all-reduce inside another
+// algorithm, the loopback fixture's "auto", CUDA's exact calls NCCL cannot run), measured on
+// this project's 2-core machines: while the payload is tiny, messages cost more than bytes (the
+// star's 2(n-1) messages beat the direct exchange's n(n-1) and recursive doubling's n log2 n);
+// below 1 MiB recursive doubling's log2 n rounds beat the ring's 2(n-1).
+AllreduceAlgo rule_dense(size_t bytes, int ranks);
+// The compressed algorithm that runs for `spec` when `requested` is asked for: sparse codecs run
+// the sparse algorithm, the others SRA unless the ring is named.
+CompressedAlgo resolve_compressed(const codec::Spec& spec, CompressedAlgo requested);
+
+}  // namespace ringzip
 
 namespace ringzip::cost {
 
@@ -46,7 +60,7 @@ struct Estimate {
 };
 
 // Below this many bytes through the busiest link a call teaches no link rate (cost.cc), but
-// the per-call cost (backend/tuner.cc).
+// the per-call cost (plan/tuner.cc).
 constexpr double kLinkSampleBytes = 1 << 20;
 
 // What a measured call of estimate e tells about the link: a sample of inv_bw (or of inv_host
@@ -77,7 +91,7 @@ Estimate dense_allreduce(AllreduceAlgo a, size_t bytes, int n, const Link& l);
 // Exact reduce-scatter (ring) of `bytes` (the whole buffer) over n ranks.
 Estimate dense_reduce_scatter(size_t bytes, int n, const Link& l);
 // Compressed all-reduce of `count` float32 elements with codec s and algorithm a (Ring, Sra or
-// Sparse; Auto: the one choose_compressed runs). `feedback`: error feedback on.
+// Sparse; Auto: the one resolve_compressed runs). `feedback`: error feedback on.
 Estimate compressed_allreduce(CompressedAlgo a, const codec::Spec& s, size_t count, int n, const Link& l,
                               const CodecSpeed& cs, bool feedback);
 // SRA's segment length (elements) for such a call: many segments hide the codec behind the
@@ -119,7 +133,7 @@ struct Option {
   AllreduceAlgo dense = AllreduceAlgo::Ring;    // the exact candidate
   Estimate est;
 };
-// codec="auto" (collective/choose.cc): every candidate (least lossy first, speeds[i] its
+// codec="auto" (plan/cost_options.cc): every candidate (least lossy first, speeds[i] its
 // codec's) with every algorithm it may run: the exact one with each dense algorithm (p.dense
 // Auto) or the one asked for, a compressed one with SRA and, when the algorithm is auto, the
 // compressed ring.

@@ -1,5 +1,5 @@
 #pragma once
-// Per group: the measured parameters of the cost model (collective/cost.h), agreed across
+// Per group: the measured parameters of the cost model (plan/cost.h), agreed across
 // ranks, and the choices algorithm="auto" and codec="auto" make from them (docs/algorithms.md,
 // "Choosing: the cost model").
 //
@@ -42,15 +42,10 @@
 #include <vector>
 
 #include "collective/comm.h"
-#include "collective/cost.h"
+#include "plan/cost.h"
+#include "plan/options.h"
 
 namespace ringzip {
-
-// One candidate of codec="auto:<codec>": the spec and the name stats() files it under.
-struct CodecCandidate {
-  std::string name;
-  codec::Spec spec;
-};
 
 class Tuner {
  public:

@@ -1,6 +1,6 @@
 // The group's cost-model parameters: probe, agreement across ranks, choices and refinement
 // from real calls (tuner.h; docs/algorithms.md, "Choosing: the cost model").
-#include "backend/tuner.h"
+#include "plan/tuner.h"
 
 #include <algorithm>
 #include <chrono>

@@ -1,6 +1,6 @@
 // The cost model (cost.h): each algorithm's messages, bytes through the busiest rank's link and
 // element-wise work, read off its schedule (docs/algorithms.md has the steps and bytes of each).
-#include "collective/cost.h"
+#include "plan/cost.h"
 
 #include <algorithm>
 #include <cmath>
@@ -179,7 +179,7 @@ size_t sra_segment_elems(const Estimate& sra) {
 Estimate compressed_allreduce(CompressedAlgo a, const codec::Spec& s, size_t count, int n, const Link& l,
                               const CodecSpeed& cs, bool feedback) {
   if (n <= 1 || count == 0) return {};
-  switch (choose_compressed(s, a)) {
+  switch (resolve_compressed(s, a)) {
     case CompressedAlgo::Sparse: return sparse(s, count, n, l, cs, feedback);
     case CompressedAlgo::Ring: return ring(s, count, n, l, cs);
     default: return sra(s, count, n, l, cs, feedback, true);

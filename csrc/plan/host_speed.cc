@@ -11,7 +11,7 @@
 #include <mutex>
 #include <vector>
 
-#include "backend/tuner.h"
+#include "plan/tuner.h"
 #include "collective/reduce.h"
 
 namespace ringzip {

@@ -1,0 +1,93 @@
+#pragma once
+// The planning room: every per-call decision of a reducing collective, for host and CUDA
+// tensors alike -- exact or compressed, which codec (named or "auto"), which algorithm (dense
+// and compressed), node-aware or flat, NCCL's own kernel or a ringzip schedule. The backend
+// asks plan() when a call is issued (what the call's fingerprint and dispatch depend on) and
+// settle() when it starts on the group's worker (the measured choices under "auto", which
+// agree figures with the other ranks through the call's Comm). Nothing else decides: the
+// collective layer below runs the algorithms it is handed and includes nothing from here.
+#include <ATen/ATen.h>
+#include <torch/csrc/distributed/c10d/Types.hpp>
+
+#include <mutex>
+#include <string>
+
+#include "collective/hierarchy/layout.h"
+#include "plan/options.h"
+#include "plan/tuner.h"
+
+namespace ringzip {
+
+enum class Device : uint8_t { Host, Cuda };
+// The collectives that have something to plan; the others run one schedule each.
+enum class CallKind : uint8_t { Allreduce, ReduceScatter, Reduce };
+
+// One call as the planner sees it when it is issued.
+struct Call {
+  CallKind kind = CallKind::Allreduce;
+  Device device = Device::Host;
+  at::ScalarType dtype = at::kFloat;
+  c10d::ReduceOp::RedOpType op = c10d::ReduceOp::SUM;
+  int64_t numel = 0;  // the whole buffer (reduce-scatter: every rank's parts)
+  size_t bytes = 0;
+  bool may_compress = true;  // false: a call kind the codecs do not serve (coalesced reduce-scatters)
+};
+
+// How a call runs. plan() fills what is known at issue; settle() the rest.
+struct Plan {
+  // Compressed: `cc` holds the group's codec settings at issue (the fingerprint's) and `run` what
+  // settle() chose to run, which may be exact (codec="auto": run.enabled() false).
+  bool compressed = false;
+  CompressionConfig cc, run;
+  AllreduceAlgo dense = AllreduceAlgo::Ring;  // the exact algorithm (concrete once settled)
+  bool nccl = false;                          // CUDA: NCCL's own kernel runs the exact call
+  const NodeLayout* nodes = nullptr;          // node-aware over these nodes, else flat
+  Tuner::Plan choice;  // the tuner's decision (choice.key empty: none was asked)
+  bool observed = false;  // the call's time goes back to the tuner (Planner::timed)
+};
+
+class Planner {
+ public:
+  explicit Planner(int size);
+
+  // Applies every setting or none (a bad codec string or value throws, the old settings stay).
+  void configure(AllreduceAlgo algorithm, HierarchyMode hierarchy, CompressionConfig cc);
+  // The node of every rank (before the first call).
+  void set_layout(NodeLayout layout) { layout_ = std::move(layout); }
+  const NodeLayout& layout() const { return layout_; }
+
+  AllreduceAlgo algorithm() const;
+  HierarchyMode hierarchy() const;
+  CompressionConfig compression() const;
+  // Why calls run flat although hierarchy is not "flat" (empty when they run node-aware).
+  std::string flat_reason() const;
+
+  // At issue: compressed or exact, node-aware or flat, NCCL's kernel or a schedule, and the
+  // algorithms the options fix. Pure: the same call and settings give the same plan.
+  Plan plan(const Call& call) const;
+  // At the call's start on the group's worker: the measured choices (algorithm="auto",
+  // codec="auto", SRA's segment length); every rank settles alike (plan/tuner.h). After it,
+  // p.dense and p.run.algorithm are concrete.
+  void settle(Comm& c, const Call& call, Plan& p);
+  // Runs f() (the algorithm of a settled plan) and, where the plan is observed, tells the tuner
+  // how long it took.
+  template <typename F>
+  void timed(Comm& c, const Plan& p, F f) {
+    run_observed(p.observed ? &tuner_ : nullptr, p.choice, c, f);
+  }
+
+  Tuner& tuner() { return tuner_; }
+
+ private:
+  const NodeLayout* node_aware(size_t bytes, bool compressed, HierarchyMode mode) const;
+
+  int size_;
+  NodeLayout layout_;
+  mutable std::mutex mu_;  // the settings: configure() may run while calls are issued
+  AllreduceAlgo algorithm_ = AllreduceAlgo::Auto;
+  HierarchyMode hierarchy_ = HierarchyMode::Auto;
+  CompressionConfig cc_;
+  Tuner tuner_;
+};
+
+}  // namespace ringzip

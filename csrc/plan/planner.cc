@@ -1,0 +1,153 @@
+#include "plan/plan.h"
+
+#include "collective/compressed/layout.h"
+#include "common/check.h"
+
+namespace ringzip {
+namespace {
+
+bool floating(at::ScalarType t) { return t == at::kFloat || t == at::kHalf || t == at::kBFloat16; }
+
+bool summing(c10d::ReduceOp::RedOpType op) {
+  return op == c10d::ReduceOp::SUM || op == c10d::ReduceOp::AVG || op == c10d::ReduceOp::PREMUL_SUM;
+}
+
+// Whether NCCL reduces `op` on `t` exactly as ringzip would (AVG and PREMUL_SUM are sums
+// scaled around it; bitwise ops and bool are not NCCL's).
+bool nccl_reduces(c10d::ReduceOp::RedOpType op, at::ScalarType t) {
+  if (t == at::kBool) return false;
+  return summing(op) || op == c10d::ReduceOp::PRODUCT || op == c10d::ReduceOp::MIN || op == c10d::ReduceOp::MAX;
+}
+
+// The problem the model solves for a call of `bytes` over c: node-aware calls choose for their
+// inter-node step (one shard of the buffer among the nodes); the intra-node steps are exact
+// and the same whatever the choice.
+Tuner::Shape shape_of(const Comm& c, size_t bytes, bool reduce_scatter, const NodeLayout* nodes) {
+  if (!nodes) return {bytes, c.size(), reduce_scatter};
+  return {bytes / static_cast<size_t>(nodes->ranks_per_node()), nodes->nodes(), reduce_scatter, false};
+}
+
+// The working copy of a compressed call holds float32 (Call::numel of them).
+size_t f32_bytes(const Call& call) { return 4 * static_cast<size_t>(call.numel); }
+
+}  // namespace
+
+Planner::Planner(int size) : size_(size), layout_(std::vector<int>(size, 0)) {}
+
+void Planner::configure(AllreduceAlgo algorithm, HierarchyMode hierarchy, CompressionConfig cc) {
+  parse_codec(cc);  // throws on a bad codec string
+  RZ_CHECK_VALUE(cc.bucket_size > 0, "bucket_size must be positive, got ", cc.bucket_size);
+  RZ_CHECK_VALUE(cc.min_numel >= 0, "min_numel must be >= 0, got ", cc.min_numel);
+  RZ_CHECK_VALUE(cc.topk_block >= 0, "topk_block must be >= 0, got ", cc.topk_block);
+  std::lock_guard<std::mutex> lock(mu_);
+  algorithm_ = algorithm;
+  hierarchy_ = hierarchy;
+  cc_ = std::move(cc);
+}
+
+AllreduceAlgo Planner::algorithm() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return algorithm_;
+}
+
+HierarchyMode Planner::hierarchy() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return hierarchy_;
+}
+
+CompressionConfig Planner::compression() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return cc_;
+}
+
+std::string Planner::flat_reason() const {
+  if (hierarchy() == HierarchyMode::Flat) return "hierarchy='flat'";
+  return layout_.unsuitable();
+}
+
+const NodeLayout* Planner::node_aware(size_t bytes, bool compressed, HierarchyMode mode) const {
+  if (mode == HierarchyMode::Flat || !layout_.unsuitable().empty()) return nullptr;
+  // Below this, a dense call is latency-bound: three steps of messages cost more than the bytes
+  // the node-aware path keeps off the slow link (the flat choice then is rd or star).
+  constexpr size_t kDenseMinBytes = 1 << 20;
+  if (mode == HierarchyMode::Auto && !compressed && bytes < kDenseMinBytes) return nullptr;
+  return &layout_;
+}
+
+Plan Planner::plan(const Call& call) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  Plan p;
+  p.dense = algorithm_;
+  p.compressed = call.may_compress && call.kind != CallKind::Reduce && cc_.enabled() && floating(call.dtype) && summing(call.op) &&
+                 call.numel >= cc_.min_numel;
+  if (p.compressed) {
+    p.cc = cc_;
+    p.run = cc_;
+    if (call.kind == CallKind::ReduceScatter) p.dense = AllreduceAlgo::Ring;  // the exact reduce-scatter's
+    p.nodes = node_aware(call.bytes, true, hierarchy_);
+    return p;
+  }
+  if (call.device == Device::Cuda) {
+    // NCCL's own kernel wherever it reduces the op exactly and no algorithm is named (the
+    // reduce-scatter and reduce have one schedule each, NCCL's is as good); CUDA's exact calls
+    // run flat.
+    const bool named = call.kind == CallKind::Allreduce && algorithm_ != AllreduceAlgo::Auto;
+    p.nccl = !named && nccl_reduces(call.op, call.dtype);
+    return p;
+  }
+  if (call.kind != CallKind::Reduce) p.nodes = node_aware(call.bytes, false, hierarchy_);
+  return p;
+}
+
+void Planner::settle(Comm& c, const Call& call, Plan& p) {
+  const bool reduce_scatter = call.kind == CallKind::ReduceScatter;
+  if (!p.compressed) {
+    if (call.kind != CallKind::Allreduce || p.nccl || p.dense != AllreduceAlgo::Auto) return;
+    if (call.device == Device::Host && c.size() > 1) {
+      p.choice = tuner_.dense(c, shape_of(c, call.bytes, false, p.nodes));
+      p.dense = p.choice.dense;
+      p.observed = !p.nodes;  // node-aware calls are not measured (plan/tuner.h)
+    } else {
+      p.dense = rule_dense(p.nodes ? call.bytes / p.nodes->ranks_per_node() : call.bytes,
+                           p.nodes ? p.nodes->nodes() : c.size());
+    }
+    return;
+  }
+  CompressionConfig& run = p.run;
+  run.values_rule = &rule_dense;
+  const Tuner::Shape shape = shape_of(c, f32_bytes(call), reduce_scatter, p.nodes);
+  if (run.autotune && call.device == Device::Host) {
+    p.choice = tuner_.codec(c, shape, run.candidates, run.algorithm, p.dense, run.feedback());
+    const CodecCandidate& chosen = run.candidates[p.choice.codec];
+    run.autotune = false;
+    run.codec = run.named = chosen.name;
+    run.parsed = chosen.spec;
+    run.algorithm = p.choice.algo;
+    run.segment_elems = p.choice.segment_elems;
+    p.dense = p.choice.dense;
+  } else {
+    // CUDA tensors run the named codec of codec="auto" (the tuner measures host kernels only).
+    if (run.autotune) {
+      run.autotune = false;
+      run.codec = run.named;
+    }
+    run.algorithm = resolve_compressed(run.parsed, run.algorithm);
+    // A fixed codec's SRA call is planned too, as the one way of a one-candidate choice: its bits
+    // are the codec's at any segment length, which the plan sets from the agreed figures as under
+    // codec="auto" (8 MiB where the codec bounds the call, cost::sra_segment_elems); its time
+    // calibrates the model like any other call's. Only where the length can matter: a call whose
+    // parts (count/n elements; node-aware, the inter-node shard's parts are the same) fit one
+    // segment runs alike either way, so it pays no probe and no agreements (~2 % of 256 KiB calls
+    // on 4 ranks).
+    const size_t n = static_cast<size_t>(c.size()), count = static_cast<size_t>(call.numel);
+    const bool one_segment = n < 2 || (count + n - 1) / n <= compressed::kSegmentElems;
+    if (call.device == Device::Host && run.algorithm == CompressedAlgo::Sra && !one_segment) {
+      p.choice = tuner_.codec(c, shape, {{run.codec, run.parsed}}, CompressedAlgo::Sra, p.dense, run.feedback());
+      run.segment_elems = p.choice.segment_elems;
+    }
+  }
+  if (p.dense == AllreduceAlgo::Auto) p.dense = AllreduceAlgo::Ring;  // not run: exact ways are concrete
+  p.observed = !p.choice.key.empty() && !p.nodes;
+}
+
+}  // namespace ringzip
