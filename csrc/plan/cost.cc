@@ -193,10 +193,8 @@ Estimate compressed_reduce_scatter(const codec::Spec& s, size_t count, int n, co
 }
 
 const std::vector<AllreduceAlgo>& dense_candidates() {
-  static const std::vector<AllreduceAlgo> all = {AllreduceAlgo::Star, AllreduceAlgo::RecursiveDoubling,
-                                                 AllreduceAlgo::Ring, AllreduceAlgo::HalvingDoubling,
-                                                 AllreduceAlgo::Tree, AllreduceAlgo::Direct};
-  return all;
+  static const std::vector<AllreduceAlgo> canonical = {AllreduceAlgo::Star, AllreduceAlgo::Ring, AllreduceAlgo::Direct};
+  return canonical;
 }
 
 AllreduceAlgo best_dense(size_t bytes, int n, const Link& l) {

@@ -107,7 +107,10 @@ size_t sra_segment_elems(const Estimate& sra);
 Estimate compressed_reduce_scatter(const codec::Spec& s, size_t count, int n, const Link& l, const CodecSpeed& cs,
                                    bool feedback);
 
-// The dense algorithms auto chooses among, in the order ties go.
+// The dense algorithms auto chooses among, in the order ties go: those that add every element's
+// contributions in the ring's order (collective/dense/direct.cc), so that the choice changes
+// the time of a call, never its bits. Recursive doubling, halving-doubling and the tree add in
+// other orders: they run only when named.
 const std::vector<AllreduceAlgo>& dense_candidates();
 // The fastest dense algorithm predicted for `bytes` over n ranks (ties: the earlier candidate).
 AllreduceAlgo best_dense(size_t bytes, int n, const Link& l);

@@ -57,6 +57,11 @@ void bind_cost(py::module_& m) {
         },
         py::arg("algorithm"), py::arg("bytes"), py::arg("n"), py::arg("alpha"), py::arg("inv_bw"),
         py::arg("reduce") = cost::Link{}.reduce, py::arg("inv_host") = 0.0, py::arg("call") = 0.0);
+  c.def("dense_candidates", [] {
+    std::vector<std::string> out;
+    for (AllreduceAlgo a : cost::dense_candidates()) out.push_back(algorithm_name(a));
+    return out;
+  }, "the dense algorithms algorithm=\"auto\" chooses among, in the order ties go");
   c.def("best_dense",
         [](size_t bytes, int n, double alpha, double inv_bw, double reduce, double inv_host) {
           return std::string(algorithm_name(cost::best_dense(bytes, n, {alpha, inv_bw, reduce, inv_host})));

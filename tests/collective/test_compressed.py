@@ -1,4 +1,4 @@
-"""Compressed collectives of the ringzip backend on 2, 3 and 4 ranks (DESIGN.md §3).
+"""Compressed collectives of the ringzip backend on 2, 3 and 4 ranks.
 
 One launch per world size (``tests/mp.py``; starting a rank costs ~2 s of CPU, a launch takes
 5-20 s here): every rank creates the default ringzip group, a gloo group over the same ranks

@@ -1,7 +1,7 @@
 """Every schedule of csrc/collective/ with 1-5 ranks as threads of this process over the loopback
 transport, in gloo mode (eager matching by tag, and every exchange posting its receive before its
 send, as Gloo needs for both directions to run at once) and grouped (NCCL-like) mode, bit for bit
-against the pure-torch simulation of n ranks (ringzip.reference.collectives; DESIGN.md §7).
+against the pure-torch simulation of n ranks (ringzip.reference.collectives; docs/testing.md).
 
   compressed all-reduce   codec (none, fp16, bf16, q8, q4, q2, q1, topk, randomk) x algorithm
                           (ring, sra; sparse for topk/randomk; auto) x world 1-5 x size (0, 1, odd,
@@ -313,6 +313,40 @@ def test_dense_allreduce(mode, n, algo, size):
     seq = size % 5
     same(L.collective("allreduce", xs, mode=mode, algorithm=algo, seq=seq), RC.allreduce(xs, "sum", algo, seq),
          f"{algo} all-reduce, {n} ranks, {size} elements, {mode}")
+
+
+# The dense algorithms the planner's "auto" chooses among (plan/cost.h dense_candidates) add in one
+# order, so that a choice by measured time never changes a result: every pair agrees bit for bit,
+# for every dtype and op (MIN / MAX keep the same operand order: the sign of a zero tells).
+AUTO_CANDIDATES = ("star", "ring", "direct")
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("n", (2, 3, 4, 5, 6))
+@pytest.mark.parametrize("dtype,op", [(torch.float32, "sum"), (torch.float16, "sum"), (torch.bfloat16, "sum"),
+                                      (torch.float64, "sum"), (torch.float32, "prod"), (torch.float32, "min"),
+                                      (torch.float32, "max"), (torch.int32, "sum")],
+                         ids=lambda v: str(v).replace("torch.", ""))
+@pytest.mark.parametrize("size", [1, 5, 1001, 70_001])
+def test_auto_candidates_agree(mode, n, dtype, op, size):
+    xs = dense_inputs((n, size, 11), n, size, dtype, op)
+    got = {a: L.collective("allreduce", xs, mode=mode, algorithm=a, reduce_op=op, seq=size % 7) for a in AUTO_CANDIDATES}
+    for a in AUTO_CANDIDATES[1:]:
+        same(got[a], got[AUTO_CANDIDATES[0]], f"{a} vs {AUTO_CANDIDATES[0]}, {dtype} {op}, {n} ranks, {size} elements")
+
+
+@pytest.mark.parametrize("nodes", [(0, 0, 1, 1), (0, 1, 0, 1, 0, 1), (0, 0, 0, 1, 1, 1)], ids=str)
+def test_auto_candidates_agree_node_aware(nodes):
+    n, size = len(nodes), 100_003
+    xs = dense_inputs((n, size, 12), n, size)
+    got = {a: L.collective("allreduce", xs, algorithm=a, nodes=list(nodes)) for a in AUTO_CANDIDATES}
+    for a in AUTO_CANDIDATES[1:]:
+        same(got[a], got[AUTO_CANDIDATES[0]], f"node-aware {nodes}: {a} vs {AUTO_CANDIDATES[0]}")
+
+
+def test_auto_candidates_are_the_models():
+    # What "auto" may choose is exactly the set checked above.
+    assert tuple(_C.cost.dense_candidates()) == AUTO_CANDIDATES
 
 
 @pytest.mark.parametrize("mode", MODES)

@@ -1,12 +1,13 @@
 // All-reduces for tiny messages, where the cost is per message rather than per byte.
 //
 // direct: every rank sends its buffer to every other rank at once and reduces all n
-//   contributions in rank order: one latency round, n(n-1) messages in all.
-// star: every rank sends its buffer to one root, which reduces in rank order and sends the
-//   result back: two rounds, only 2(n-1) messages. On hosts running several ranks per core
-//   (wake-ups, not wire time, dominate) it halves the latency of direct (docs/algorithms.md).
-// Every rank ends with the same bits: all add the same values in the same order (direct) or
-// take the root's sum (star).
+//   contributions: one latency round, n(n-1) messages in all.
+// star: every rank sends its buffer to one root, which reduces and sends the result back: two
+//   rounds, only 2(n-1) messages. On hosts running several ranks per core (wake-ups, not wire
+//   time, dominate) it halves the latency of direct (docs/algorithms.md).
+// Both reduce in the ring's order (ring.cc): part p of even_parts(count, n) folds the ranks'
+// contributions from rank p+1 on, each as op(next rank's, sum so far). So ring, direct and star
+// give the same bits, and the planner may choose among them by time alone.
 #include <vector>
 
 #include "collective/algorithms.h"
@@ -27,14 +28,22 @@ std::vector<Xfer> slot_recvs(const Comm& c, uint8_t* all, size_t bytes, uint32_t
 }
 
 // Once the receives of `st` landed in `all` (this rank's own slot is copied in) and the earlier
-// sends of data completed, reduces the slots in rank order into data.
+// sends of data completed, reduces the slots into data in the ring's order: within each part the
+// sum moves through the slots as it moves through the ring's ranks, reduced into each next one.
 void reduce_slots(Comm& c, Step& st, Buf data, RedOp op, uint8_t* all) {
-  const size_t bytes = data.bytes();
+  const int n = c.size();
+  const size_t bytes = data.bytes(), esz = dtype_size(data.dtype);
   c.dev.copy(all + bytes * c.rank(), data.data, bytes);
-  for (int k = 1; k < c.size(); ++k) st.wait(k - 1);
+  for (int k = 1; k < n; ++k) st.wait(k - 1);
   st.sends_done();  // data went to the peers before it changes
-  c.dev.copy(data.data, all, bytes);
-  for (int i = 1; i < c.size(); ++i) c.dev.reduce_into(data.dtype, op, data.data, all + bytes * i, data.count);
+  const std::vector<size_t> begin = even_parts(data.count, n);
+  for (int p = 0; p < n; ++p) {
+    const size_t len = begin[p + 1] - begin[p], off = begin[p] * esz;
+    if (len == 0) continue;
+    auto slot = [&](int k) { return all + bytes * ((p + k) % n) + off; };  // rank p+k's part p
+    for (int k = 2; k <= n; ++k) c.dev.reduce_into(data.dtype, op, slot(k), slot(k - 1), len);
+    c.dev.copy(data.at(begin[p]), slot(n), len * esz);
+  }
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
 #pragma once
 // In-process loopback transport: the ranks of a group are threads of one process sharing a
-// LoopbackHub, so every schedule runs with many ranks in one test process (DESIGN.md §7).
+// LoopbackHub, so every schedule runs with many ranks in one test process.
 //
 // Two modes, one per kind of real transport:
 //  - Eager (like Gloo): a receive may be posted at any time and is matched with a send of

@@ -10,8 +10,8 @@ determined to the bit:
   rank's encodes in sra's first phase, top-k and random-k; ring hop s encodes at phase s + 1;
   the owner's encode of its reduced part (sra, ring) and the one-rank round trip at 0xF0.
 - Dense float reductions are folded in the order each algorithm fixes (``reduce_into(acc, in)``
-  is ``acc = op(acc, in)``): ring part p: op(x_p, op(x_{p-1}, ... op(x_{p+2}, x_{p+1}))); direct
-  and star: rank order from rank 0; recursive doubling: the fold of ranks >= 2^k into rank - 2^k,
+  is ``acc = op(acc, in)``): ring part p: op(x_p, op(x_{p-1}, ... op(x_{p+2}, x_{p+1}))), and so
+  direct and star (the planner's "auto" chooses among these three only); recursive doubling: the fold of ranks >= 2^k into rank - 2^k,
   then pairwise exchanges, each pair computing op(lower rank's, higher rank's); halving-doubling:
   the same fold, then per block the same pairwise order over the halving rounds (mask 2^(k-1)
   first); tree: op(op(own, left child's), right child's) at every node of the heap-shaped tree.
@@ -98,13 +98,8 @@ def allreduce(xs, op="sum", algo="auto", seq=0):
     algo = choose_allreduce(count * d[0].element_size(), n, algo)
     if n == 1 or (count == 0 and algo != "ring"):
         return d
-    if algo == "ring":
+    if algo in ("ring", "direct", "star"):  # direct and star fold each part in the ring's order
         return ring_allgather(ring_reduce_scatter(d, op))
-    if algo in ("direct", "star"):  # star: the root (seq % n) folds in rank order like direct
-        acc = d[0]
-        for x in d[1:]:
-            acc = reduce_into(op, acc, x)
-        return [acc.clone() for _ in range(n)]
     if algo == "tree":
         return _tree_allreduce(d, op)
     if algo not in ("rd", "hd"):
