@@ -1,7 +1,7 @@
 """GPU kernel benchmarks of the ringzip codecs (run by bench/gpu_check.sh).
 
 Reports GB/s counting bytes read + written, next to a measured device-to-device copy (median of
->= 20 event-timed runs after warm-up), with issue 14's targets: encode, decode-accumulate and
+>= 20 event-timed runs after warm-up), with the targets set for them: encode, decode-accumulate and
 decode-add-encode of q8/q4/q2/q1 >= 0.8 x copy, fp16/bf16 >= 0.9 x; top-k 1% of 1e8 floats
 >= 3 x torch.topk (also against torch.topk(sorted=False)), same indices. The share of a 256 MB
 q4 all-reduce's time in codec kernels on a 10 Gbit/s link is a MODEL (measured kernel times

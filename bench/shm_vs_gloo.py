@@ -1,4 +1,4 @@
-"""Shared-memory transport vs Gloo over loopback TCP, side by side in one run (issue 12).
+"""Shared-memory transport vs Gloo over loopback TCP, side by side in one run.
 
     PYTHONPATH=python python bench/shm_vs_gloo.py [--ranks 2,4] [--reps 7] [--out bench/results/shm_vs_gloo.json]
 

@@ -1,4 +1,4 @@
-"""examples/ddp_train.py on two emulated machines, launched the way README's "Several machines"
+"""examples/ddp_train.py on two emulated machines, launched the way docs/usage.md's "Several machines"
 says: one torchrun agent per machine, each with
 
     torchrun --nnodes 2 --nproc-per-node 2 --rdzv-backend c10d --rdzv-endpoint HOST:PORT examples/ddp_train.py

@@ -109,7 +109,7 @@ def error_feedback_state(group=None, model=None) -> dict:
     tensors by size and by the order of the calls. ``model`` (the DistributedDataParallel module
     whose gradients this group reduces; ``group`` defaults to its process group) records the
     bucket layout, so that :func:`load_error_feedback_state` can replay the first step after a
-    restart in it: the resumed run is then bit for bit the uninterrupted one (README,
+    restart in it: the resumed run is then bit for bit the uninterrupted one (docs/usage.md,
     "Observability and checkpoints")."""
     from . import _resume
 

@@ -200,7 +200,7 @@ def section_set_options(t, g, ref):
         before = ringzip.get_options(g)
         applied = ringzip.backend_of(g).settings()  # what the C++ side runs with
         accepted = []
-        # a valid field next to a bad one must not be applied either (issue 11.6: algorithm and
+        # a valid field next to a bad one must not be applied either (algorithm and
         # check were applied before the codec was rejected)
         for bad in (dict(codec="q3"), dict(algorithm="no-such"), dict(rounding="up"), dict(codec="topk:0"),
                     dict(topk_block=-1), dict(algorithm="rd", codec="q3"), dict(check="on", codec="q3"),

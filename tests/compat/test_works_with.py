@@ -1,4 +1,4 @@
-"""What the README's "Works with" table claims, run on 2 ranks in one launch (~30 s here).
+"""What the "Works with" table of docs/usage.md claims, run on 2 ranks in one launch (~30 s here).
 
 Each case runs the same training or calls over the ringzip default group and over a gloo group of
 the same ranks (same seeds, same per-rank data) and checks that ringzip gives what gloo gives
@@ -271,7 +271,7 @@ def works_with(ctx):
         except (RuntimeError, ValueError) as e:  # torch 2.11 raises ValueError, later ones RuntimeError
             assert "GLOO" in str(e).upper(), str(e)
         else:
-            raise AssertionError("monitored_barrier on ringzip passed: update the README's Works with table")
+            raise AssertionError("monitored_barrier on ringzip passed: update the Works with table in docs/usage.md")
         dist.monitored_barrier(group=ref, timeout=datetime.timedelta(seconds=20))
 
     dist.destroy_process_group()

@@ -1,4 +1,4 @@
-"""Comm hooks that chain collectives through futures work over ringzip (issue 16.1).
+"""Comm hooks that chain collectives through futures work over ringzip.
 
 The minimal case: a ``Work.get_future().then(cb)`` whose callback issues another collective
 on the same group and waits for it. PowerSGD does exactly this (two chained all-reduces per

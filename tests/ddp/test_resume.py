@@ -1,4 +1,4 @@
-"""Resuming DDP training from a checkpoint with error feedback is bit-exact (issue 16, point 2).
+"""Resuming DDP training from a checkpoint with error feedback is bit-exact.
 
 For every case (codec x gradient_as_bucket_view, plus one find_unused_parameters run), on 2
 ranks, DDP over a fresh ringzip group:

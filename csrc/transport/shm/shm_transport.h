@@ -1,5 +1,5 @@
 #pragma once
-// Shared-memory transport for the CPU ranks of one host (issue 12): every ordered pair of ranks
+// Shared-memory transport for the CPU ranks of one host: every ordered pair of ranks
 // has a single-producer single-consumer ring in POSIX shared memory, so a message costs two
 // memcpy's and, when the receiver sleeps, one futex wake -- no sockets, no kernel copies, no
 // progress thread (engine.h says who moves the bytes, ring.h how they are framed, segment.h

@@ -19,7 +19,7 @@ PRESETS = {
     "default": dict(op="allreduce", nproc=4, begin="4", end="64M", factor=4.0, dtype="float32",
                     backend="ringzip,gloo", codec="none,q8,q4,q2,q1,topk:0.01", algorithm="auto",
                     iters=20, warmup=3, time_budget=0.8, repeat=3),
-    # issue 12's table: 2 emulated nodes x 2 ranks, one 1 Gbit/s NIC per node, 64 MiB, gloo and
+    # the several-machines table: 2 emulated nodes x 2 ranks, one 1 Gbit/s NIC per node, 64 MiB, gloo and
     # ringzip flat vs node-aware; other layouts: --nproc-per-node 3, or --nodes 4 --nproc-per-node 1
     "multinode": dict(op="allreduce", nodes=2, nproc_per_node=2, net="1gbit", begin="64M", end="64M",
                       factor=4.0, dtype="float32", backend="ringzip,gloo", codec="none,q8,q4,topk:0.01",

@@ -70,7 +70,7 @@ def _best(summary, prefix, seeds=0):
 
 
 def checks(meta, summary) -> list[str]:
-    """Issue 15's must-hold points for this task, each said plainly: holds / does not hold."""
+    """The time-to-accuracy targets for this task, each said plainly: holds / does not hold."""
     by = {s["row"]: s for s in summary}
     exact = by.get("gloo", {})
     lines = []
@@ -134,7 +134,7 @@ def markdown(meta, summary, runs) -> str:
                      f"{_f(s['tta_s'], '.1f', 'not reached')} | {s['reached']}/{len(s['seeds'])} | "
                      f"{_f(s['tta_vs_gloo'], '.2f')} | {_f(s['tta_vs_best_hook'], '.2f')} | {final} | "
                      f"{_f(s['delta_vs_gloo'], '+.4f')} |")
-    lines += ["", "Checks (issue 15):", "", *checks(meta, summary), "", "Per seed:", "",
+    lines += ["", "Checks against the targets:", "", *checks(meta, summary), "", "Per seed:", "",
               f"| row | seed | step (ms) | train (s) | target | time to target (s) | final {m} | "
               "load avg (1 min, at the end) |",
               "|---|---:|---:|---:|---:|---:|---:|---:|"]
