@@ -47,6 +47,14 @@ const char* hierarchy_name(HierarchyMode m) {
   return "?";
 }
 
+CompressionConfig as_named(CompressionConfig cc) {
+  if (!cc.autotune) return cc;
+  cc.autotune = false;
+  cc.codec = cc.named;
+  cc.candidates.clear();
+  return cc;
+}
+
 void parse_codec(CompressionConfig& cc) {
   const std::string& s = cc.codec;
   cc.autotune = s == "auto" || s.rfind("auto:", 0) == 0;

@@ -57,6 +57,9 @@ struct CompressionConfig {
   const std::string& stats_name() const { return autotune ? named : codec; }
 };
 
+// The settings of codec="auto:<named>" as the fixed codec <named> (cc itself when not auto).
+CompressionConfig as_named(CompressionConfig cc);
+
 // Parses cc.codec into parsed / autotune / named / candidates; std::invalid_argument naming the
 // bad part (e.g. "auto:zz").
 void parse_codec(CompressionConfig& cc);

@@ -81,8 +81,11 @@ Plan Planner::plan(const Call& call) const {
   p.compressed = call.may_compress && call.kind != CallKind::Reduce && cc_.enabled() && floating(call.dtype) && summing(call.op) &&
                  call.numel >= cc_.min_numel;
   if (p.compressed) {
-    p.cc = cc_;
-    p.run = cc_;
+    // Under torch.use_deterministic_algorithms(True), codec="auto" runs its named codec: the
+    // tuner's choice between codecs rests on measured times and would change the bits run to run.
+    // The fingerprint then names that codec, so ranks that disagree on the flag are caught.
+    p.cc = cc_.autotune && at::globalContext().deterministicAlgorithms() ? as_named(cc_) : cc_;
+    p.run = p.cc;
     if (call.kind == CallKind::ReduceScatter) p.dense = AllreduceAlgo::Ring;  // the exact reduce-scatter's
     p.nodes = node_aware(call.bytes, true, hierarchy_);
     return p;
@@ -127,10 +130,7 @@ void Planner::settle(Comm& c, const Call& call, Plan& p) {
     p.dense = p.choice.dense;
   } else {
     // CUDA tensors run the named codec of codec="auto" (the tuner measures host kernels only).
-    if (run.autotune) {
-      run.autotune = false;
-      run.codec = run.named;
-    }
+    run = as_named(run);
     run.algorithm = resolve_compressed(run.parsed, run.algorithm);
     // A fixed codec's SRA call is planned too, as the one way of a one-candidate choice: its bits
     // are the codec's at any segment length, which the plan sets from the agreed figures as under

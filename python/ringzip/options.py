@@ -19,7 +19,8 @@ class Options:
 
     timeout: default timeout of every collective (``None``: the group's timeout).
     algorithm: ``auto`` (the cost model's choice for the call's size and the group's measured
-        link and codec speeds), ``ring``, ``rd`` (recursive doubling, dense
+        link and codec speeds; exact calls choose among ``ring``, ``direct`` and ``star``, which
+        add in one order, so results repeat bit for bit run to run), ``ring``, ``rd`` (recursive doubling, dense
         only), ``direct`` (one-round exchange, dense only), ``star`` (reduce at a rotating
         root and send back, fewest messages: the tiny-message default, dense only), ``hd``
         (recursive halving-doubling, dense only), ``tree`` (pipelined binary tree, dense

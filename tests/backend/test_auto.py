@@ -304,6 +304,27 @@ def auto_checks(ctx):
         assert any(w.startswith("none/") for w in ways), ways  # the expiry brought exact back once
         back = next((k for k in range(first + 1, len(ways)) if ways[k].startswith("none/")), None)
         assert back is not None and back - first <= 5 and all(w.startswith("none/") for w in ways[-10:]), (first, ways)
+
+    da = dist.new_group(pg_options=ringzip.Options(codec="auto", min_numel=0))
+    dq = dist.new_group(pg_options=ringzip.Options(codec="q4", min_numel=0))
+    with chk.case("deterministic_auto_runs_its_named_codec"):
+        # Under torch.use_deterministic_algorithms(True) codec="auto" must not choose by measured
+        # times (whatever the clock says, here exact at a hundredth of q4's time): it runs its
+        # named codec, q4, bit for bit as a q4 group does.
+        backend_of(da)._tuner_inject(SLOW)
+        backend_of(da)._tuner_inject_times({**{f"none/{a}": 0.0001 for a in DENSE}, "q4/sra": 0.01, "q4/ring": 0.01})
+        torch.use_deterministic_algorithms(True)
+        try:
+            for k, count in enumerate((1 << 10, 1 << 16, 1 << 20)):
+                xs = [torch.randn(count, generator=torch.Generator().manual_seed(k * 5 + rank)) for _ in range(2)]
+                dist.all_reduce(xs[0], group=da)
+                dist.all_reduce(xs[1], group=dq)
+                assert torch.equal(xs[0], xs[1]), f"{count} elements: auto and q4 differ"
+        finally:
+            torch.use_deterministic_algorithms(False)
+        st = ringzip.stats(da)
+        assert st["q4"]["calls"] == 3 and "none" not in st, st  # no call ran exact
+        assert set(st.get("auto", {}).get("codec_choices", {})) <= {"q4"}, st["auto"]
     dist.destroy_process_group()
     return chk.result()
 
@@ -311,4 +332,4 @@ def auto_checks(ctx):
 def test_auto_in_process_groups():
     res = mp.run(auto_checks, 3, timeout=240)
     mp.raise_on_failures(mp.merge(res), "codec/algorithm auto")
-    assert len(set().union(*(r["passed"] for r in res))) == 14, [sorted(r["passed"]) for r in res]
+    assert len(set().union(*(r["passed"] for r in res))) == 15, [sorted(r["passed"]) for r in res]
