@@ -87,13 +87,16 @@ def test_collective_loopback_json(tmp_path):
 
 def test_repeat_keeps_the_median_repetition(tmp_path):
     """--repeat runs every row that many times and reports the repetition with the median time."""
-    rows = [{"size_bytes": 4, "backend": "gloo", "codec": "none", "algorithm": "-", "time_us": t, "error": None}
+    rows = [{"size_bytes": 4, "backend": "gloo", "codec": "none", "algorithm": "-", "time_us": t, "error": None,
+             "first_us": 10 * t, "cold_calls": 4, "cold_over_steady": t / 10, "learning_calls": int(t)}
             for t in (30.0, 10.0, 20.0)]
     rows.append({"size_bytes": 4, "backend": "ringzip", "codec": "none", "algorithm": "auto", "time_us": None,
                  "error": "boom"})
     merged = report.median_of_repeats(rows)
     assert [r["backend"] for r in merged] == ["gloo", "ringzip"]
     assert merged[0]["time_us"] == 20.0 and merged[0]["repeat_times_us"] == [10.0, 20.0, 30.0]
+    # the cold cost is the first repetition's (the later ones find the size learned)
+    assert merged[0]["first_us"] == 300.0 and merged[0]["learning_calls"] == 30 and merged[0]["cold_over_steady"] == 3.0
     assert merged[1]["error"] == "boom"
     out = tmp_path / "r.json"
     p = _cli(["collective", "-n", "2", "-b", "4", "-e", "4", "--backend", "ringzip,gloo", "--codec", "none",
@@ -102,6 +105,9 @@ def test_repeat_keeps_the_median_repetition(tmp_path):
     got = json.loads(out.read_text())["results"]
     assert len(got) == 2 and all(r["repeats"] == 3 and len(r["repeat_times_us"]) == 3 for r in got)
     assert all(r["time_us"] == sorted(r["repeat_times_us"])[1] for r in got)
+    for r in got:  # every row reports what its first calls cost
+        assert r["first_us"] > 0 and r["cold_calls"] >= 1 and 0 <= r["learning_calls"] <= r["cold_calls"], r
+        assert r["cold_over_steady"] > 0, r
 
 
 def _cli_net(args, timeout):

@@ -8,7 +8,8 @@ from pathlib import Path
 
 def median_of_repeats(rows: list[dict]) -> list[dict]:
     """One row per (size, configuration): the repetition with the median time (the lower middle
-    one for an even count) among those that ran, with every repetition's time beside it."""
+    one for an even count) among those that ran, with every repetition's time beside it, and
+    the first repetition's cold cost."""
     groups: dict[tuple, list[dict]] = {}
     for r in rows:
         groups.setdefault((r["size_bytes"], r["backend"], r["codec"], r["algorithm"], r.get("hierarchy")),
@@ -20,6 +21,10 @@ def median_of_repeats(rows: list[dict]) -> list[dict]:
             out.append(reps[-1])
             continue
         row = dict(ok[(len(ok) - 1) // 2])
+        # The cold cost is the first repetition's: later ones find the size already learned.
+        for key in ("first_us", "cold_calls", "cold_over_steady", "learning_calls"):
+            if key in reps[0]:
+                row[key] = reps[0][key]
         if len(reps) > 1:
             row["repeat_times_us"] = [r["time_us"] for r in ok]
             row["repeats"] = len(reps)
@@ -67,6 +72,12 @@ COLUMNS = [  # (title, width, getter)
     ("relerr", 8, lambda r: _f(r["rel_l2_err"], ".1e")),
     ("same", 4, lambda r: {True: "yes", False: "NO", None: "-"}[r.get("ranks_agree")]),
     ("codec%", 6, lambda r: _f(100 * r["codec_share"], ".0f") if r.get("codec_share") is not None else "-"),
+    # The cold cost, what a user's first calls of a size see: the first call against the steady
+    # median, and the calls before the timed ones (warm-up, and the cost model's learning) in all.
+    ("1st/med", 7, lambda r: _f(r["first_us"] / r["time_us"], ".1f") if r.get("first_us") and r.get("time_us") else "-"),
+    ("cold", 5, lambda r: _f(r.get("cold_over_steady"), ".2f")),
+    ("calls", 5, lambda r: str(r["cold_calls"]) if r.get("cold_calls") else "-"),
+    ("tries", 5, lambda r: str(r["learning_calls"]) if r.get("cold_calls") else "-"),
 ]
 HIERARCHY_COLUMN = ("hier", 5, lambda r: r.get("hierarchy") or "-")
 VS_FLAT_COLUMN = ("vsflat", 6, lambda r: _f(r.get("speedup_vs_flat"), ".2f"))
@@ -106,7 +117,10 @@ def legend(rows) -> list[str]:
              "# busbw = algbw * bus factor (all-reduce 2(n-1)/n); r = bytes an exact ring all-reduce sends / bytes sent (ringzip stats); "
              "wirebw = busbw / r; speedup = gloo time / time",
              "# maxerr / relerr: max |out - ref| and ||out - ref||_2 / ||ref||_2 vs an fp64 reference; "
-             "same = all ranks bitwise identical; codec% = share of compressed calls' time in codec kernels"]
+             "same = all ranks bitwise identical; codec% = share of compressed calls' time in codec kernels",
+             "# cold cost, the calls before the timed ones as a user's first calls of a size: 1st/med = the first call / "
+             "time; cold = their total / (calls x time); calls = how many; tries = calls ringzip's cost model ran to "
+             "measure a way (learning)"]
     reps = max((r.get("repeats", 1) for r in rows), default=1)
     if reps > 1:
         lines.append(f"# --repeat {reps}: each size ran every configuration in turn {reps} times; a row is the "

@@ -139,8 +139,11 @@ def _ctrl_max(x: float) -> float:
 
 def run_row(spec, item, case: OpCase, group, group_err, rank):
     """Measure one row on this rank; every control collective runs whatever happened."""
+    # cold: the time of every call before the timed ones (the first, warm-ups, the settling calls
+    # of a size ringzip chooses for), as a user's first calls of a size take; tries: how many of
+    # them the cost model ran to measure a way rather than for its price.
     res = {"err": group_err, "times": [], "max_abs": None, "rel_l2": None, "crc": None,
-           "stats": None, "iters": 0, "auto": None}
+           "stats": None, "iters": 0, "auto": None, "cold": [], "tries": 0}
     ringzip_mod = None
     if item["cfg"]["backend"] == "ringzip" and group is not None:
         try:
@@ -166,6 +169,7 @@ def run_row(spec, item, case: OpCase, group, group_err, rank):
         t0 = time.perf_counter()
         case.run(group)
         t_first[0] = time.perf_counter() - t0
+        res["cold"].append(t_first[0])
 
     guarded(first)
     t_est = _ctrl_max(t_first[0] if res["err"] is None else -1.0)
@@ -180,10 +184,15 @@ def run_row(spec, item, case: OpCase, group, group_err, rank):
         if res["err"] is None:
             res["err"] = "failed on another rank"
 
+    def timed_call():
+        case.prepare()
+        t0 = time.perf_counter()
+        case.run(group)
+        res["cold"].append(time.perf_counter() - t0)
+
     def warmups():
         for _ in range(warm):
-            case.prepare()
-            case.run(group)
+            timed_call()
 
     guarded(warmups)
 
@@ -193,7 +202,8 @@ def run_row(spec, item, case: OpCase, group, group_err, rank):
             v = 2.0  # this rank failed (or cannot see the model): everyone stops
             if res["err"] is None and ringzip_mod is not None:
                 try:
-                    v = _tried_or_not(ringzip_mod, group, lambda: (case.prepare(), case.run(group)))
+                    v = _tried_or_not(ringzip_mod, group, timed_call)
+                    res["tries"] += v == 1.0
                 except Exception as e:  # noqa: BLE001 - becomes the row's error
                     res["err"] = f"{type(e).__name__}: {e}".strip()[:500]
             m = _ctrl_max(v)
@@ -270,6 +280,15 @@ def combine(spec, item, case: OpCase, results: list[dict], n: int) -> dict:
     row["iters"] = iters
     row["time_us"] = t * 1e6
     row["time_us_min"] = min(per_iter_max) * 1e6
+    # What a user's first calls of this size cost: the slowest rank's time of each call before
+    # the timed ones, against the steady median (cold_over_steady: their total / (count x median)).
+    cold_n = min(len(r["cold"]) for r in results)
+    if cold_n:
+        cold = [max(r["cold"][i] for r in results) for i in range(cold_n)]
+        row["first_us"] = cold[0] * 1e6
+        row["cold_calls"] = cold_n
+        row["cold_over_steady"] = sum(cold) / (cold_n * t)
+        row["learning_calls"] = results[0]["tries"]
     row["algbw_gbps"] = size / t / 1e9
     row["busbw_gbps"] = row["algbw_gbps"] * bus_factor(op, n)
     ratio = 1.0
