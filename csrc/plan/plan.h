@@ -46,6 +46,12 @@ struct Plan {
   bool observed = false;  // the call's time goes back to the tuner (Planner::timed)
 };
 
+// The calling thread's codec for the calls it issues (ringzip.exact(), ringzip.compress(...)):
+// innermost first; "none" keeps them exact. Captured by Planner::plan when a call is issued, so an
+// async call keeps it. push_call_codec checks the codec string (std::invalid_argument).
+void push_call_codec(const std::string& codec);
+void pop_call_codec();
+
 class Planner {
  public:
   explicit Planner(int size);

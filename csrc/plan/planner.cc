@@ -6,6 +6,8 @@
 namespace ringzip {
 namespace {
 
+thread_local std::vector<std::string> call_codecs;  // push_call_codec's stack
+
 bool floating(at::ScalarType t) { return t == at::kFloat || t == at::kHalf || t == at::kBFloat16; }
 
 bool summing(c10d::ReduceOp::RedOpType op) {
@@ -31,6 +33,17 @@ Tuner::Shape shape_of(const Comm& c, size_t bytes, bool reduce_scatter, const No
 size_t f32_bytes(const Call& call) { return 4 * static_cast<size_t>(call.numel); }
 
 }  // namespace
+
+void push_call_codec(const std::string& codec) {
+  CompressionConfig cc;
+  cc.codec = codec;
+  parse_codec(cc);  // throws on a bad string, at the context's start
+  call_codecs.push_back(codec);
+}
+
+void pop_call_codec() {
+  if (!call_codecs.empty()) call_codecs.pop_back();
+}
 
 Planner::Planner(int size) : size_(size), layout_(std::vector<int>(size, 0)) {}
 
@@ -78,13 +91,20 @@ Plan Planner::plan(const Call& call) const {
   std::lock_guard<std::mutex> lock(mu_);
   Plan p;
   p.dense = algorithm_;
-  p.compressed = call.may_compress && call.kind != CallKind::Reduce && cc_.enabled() && floating(call.dtype) && summing(call.op) &&
-                 call.numel >= cc_.min_numel;
+  // A codec the calling thread set for its calls replaces the group's, with the group's other
+  // settings (bucket size, rounding, seed, min_numel ...).
+  CompressionConfig cc = cc_;
+  if (!call_codecs.empty() && call_codecs.back() != cc.codec) {
+    cc.codec = call_codecs.back();
+    parse_codec(cc);
+  }
+  p.compressed = call.may_compress && call.kind != CallKind::Reduce && cc.enabled() && floating(call.dtype) &&
+                 summing(call.op) && call.numel >= cc.min_numel;
   if (p.compressed) {
     // Under torch.use_deterministic_algorithms(True), codec="auto" runs its named codec: the
     // tuner's choice between codecs rests on measured times and would change the bits run to run.
     // The fingerprint then names that codec, so ranks that disagree on the flag are caught.
-    p.cc = cc_.autotune && at::globalContext().deterministicAlgorithms() ? as_named(cc_) : cc_;
+    p.cc = cc.autotune && at::globalContext().deterministicAlgorithms() ? as_named(cc) : cc;
     p.run = p.cc;
     if (call.kind == CallKind::ReduceScatter) p.dense = AllreduceAlgo::Ring;  // the exact reduce-scatter's
     p.nodes = node_aware(call.bytes, true, hierarchy_);

@@ -110,6 +110,17 @@ PYBIND11_DECLARE_HOLDER_TYPE(T, ringzip::NoGilPtr<T>, true)
 namespace ringzip {
 
 void bind_backend(py::module_& m) {
+  m.def(
+      "push_call_codec",
+      [](const std::string& codec) {
+        try {
+          push_call_codec(codec);
+        } catch (const std::invalid_argument& e) {
+          throw py::value_error(std::string("ringzip: ") + e.what());
+        }
+      },
+      py::arg("codec"), "the calling thread's codec for the calls it issues (ringzip.compress / ringzip.exact)");
+  m.def("pop_call_codec", &pop_call_codec, "ends the innermost push_call_codec of the calling thread");
   py::class_<RingzipBackend, c10d::Backend, NoGilPtr<RingzipBackend>>(m, "RingzipBackend")
       .def(py::init([](const c10::intrusive_ptr<c10d::Backend>& gloo, std::chrono::milliseconds timeout,
                        const std::string& group_name) {

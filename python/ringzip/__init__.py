@@ -11,7 +11,8 @@ import torch  # noqa: F401  (loads libtorch before our extension)
 
 from . import _C
 from ._registry import backend_of, register
-from .api import error_feedback_state, get_options, load_error_feedback_state, set_options, stats
+from . import hooks
+from .api import compress, error_feedback_state, exact, get_options, load_error_feedback_state, set_options, stats
 from .options import Options
 
 __version__ = "0.1.0"
@@ -21,6 +22,9 @@ register()
 __all__ = [
     "Options",
     "backend_of",
+    "compress",
+    "exact",
+    "hooks",
     "error_feedback_state",
     "get_options",
     "load_error_feedback_state",

@@ -1,6 +1,8 @@
-"""Run-time control of ringzip groups: options, statistics, error-feedback state."""
+"""Run-time control of ringzip groups: options, statistics, error-feedback state, and the
+per-call codec (exact(), compress())."""
 from __future__ import annotations
 
+import contextlib
 import warnings
 
 import torch
@@ -175,3 +177,29 @@ def load_error_feedback_state(group=None, state: dict | None = None, model=None)
         warnings.warn("ringzip.load_error_feedback_state: the state holds a DDP bucket layout but no model= was given: "
                       "the first step after this load is not an exact replay", stacklevel=2)
     b.load_error_feedback_state(int(state["calls"]), residuals)
+
+
+@contextlib.contextmanager
+def exact():
+    """Every collective this thread issues inside the block runs exact, whatever its group's
+    codec: a metrics all-reduce, a model average, a norm. Captured when a call is issued, so an
+    ``async_op=True`` call issued inside keeps it after the block."""
+    _C.push_call_codec("none")
+    try:
+        yield
+    finally:
+        _C.pop_call_codec()
+
+
+@contextlib.contextmanager
+def compress(codec: str):
+    """The all-reduces and reduce-scatters this thread issues inside the block travel with
+    ``codec`` (any codec string of ``Options.codec``; the group's other settings apply: bucket
+    size, rounding, seed, ``min_numel``, error feedback), whatever the group's codec. Captured
+    when a call is issued; ranks that disagree are caught by the group's mismatch check, as
+    for differing group codecs."""
+    _C.push_call_codec(codec)
+    try:
+        yield
+    finally:
+        _C.pop_call_codec()

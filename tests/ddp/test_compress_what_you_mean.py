@@ -1,0 +1,124 @@
+"""Compress what you mean to: ringzip.hooks.compress compresses DDP's gradient buckets while the
+group stays exact, ringzip.exact() / ringzip.compress() set the codec per call (3 ranks, one
+launch per default backend).
+
+The hook must give DDP's own bits on a group whose codec is the hook's (the same buckets, scaled
+by 1/n as DDP's reducer does, the same call numbers and residuals), over a ringzip default group
+and over a gloo one (through the ringzip group the hook makes); every other call on the group
+stays exact.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from tests import mp
+
+WS = 3
+STEPS = 6
+
+
+def _model(seed):
+    # ~99 K parameters: one bucket at or above the default min_numel (65 536), so it is compressed
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(torch.nn.Linear(64, 512), torch.nn.Tanh(), torch.nn.Linear(512, 128), torch.nn.Tanh(),
+                               torch.nn.Linear(128, 4))
+
+
+def _train(ddp, rank):
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.05, momentum=0.9)
+    for step in range(STEPS):
+        g = torch.Generator().manual_seed(1000 * rank + step)
+        x = torch.randn(16, 64, generator=g)
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(ddp(x), x[:, :4].sin()).backward()
+        opt.step()
+    return torch.cat([p.detach().reshape(-1) for p in ddp.module.parameters()])
+
+
+def _integers(rank, n=1 << 18):
+    # integer-valued floats: their exact sum has one value in any order, a codec's does not
+    return torch.randint(-50, 50, (n,), generator=torch.Generator().manual_seed(rank)).float()
+
+
+def checks(ctx, default_backend):
+    import ringzip
+
+    torch.set_num_threads(1)
+    rank = ctx.rank
+    chk = mp.Checker(rank)
+    dist.init_process_group(default_backend, rank=rank, world_size=ctx.world_size, init_method=ctx.init_method)
+    # DDP on a group whose codec is q4: what the hook must reproduce bit for bit
+    q4 = dist.new_group(backend="ringzip", pg_options=ringzip.Options(codec="q4"))
+    want = _train(DDP(_model(3 + rank), process_group=q4), rank)
+
+    with chk.case(f"{default_backend}/hook_equals_group_codec"):
+        state = ringzip.hooks.State(codec="q4")
+        ddp = DDP(_model(3 + rank))
+        ddp.register_comm_hook(state, ringzip.hooks.compress)
+        got = _train(ddp, rank)
+        assert torch.equal(got, want), f"hook vs q4 group: max diff {(got - want).abs().max().item()}"
+        st = ringzip.stats(state.group)
+        assert st["q4"]["calls"] == STEPS and st["q4"]["ratio"] > 4, st["q4"]
+        if default_backend == "ringzip":
+            assert state.group is dist.group.WORLD  # no second group where DDP's already is ringzip
+        else:
+            assert state.group is not dist.group.WORLD
+
+    with chk.case(f"{default_backend}/other_calls_stay_exact"):
+        g = state.group  # codec none: the hook's calls were the only compressed ones
+        x = _integers(rank)
+        dist.all_reduce(x, group=g)
+        assert torch.equal(x, sum(_integers(r) for r in range(ctx.world_size))), "a user's all-reduce was not exact"
+        assert ringzip.stats(g)["q4"]["calls"] == STEPS
+
+    if default_backend == "ringzip":
+        with chk.case("per_call/exact_on_a_codec_group"):
+            x = _integers(rank)
+            with ringzip.exact():
+                dist.all_reduce(x, group=q4)
+            assert torch.equal(x, sum(_integers(r) for r in range(ctx.world_size)))
+
+        with chk.case("per_call/compress_on_an_exact_group"):
+            q8 = dist.new_group(backend="ringzip", pg_options=ringzip.Options(codec="q8"))
+            plain = dist.new_group(backend="ringzip")
+            a, b = torch.randn(1 << 18, generator=torch.Generator().manual_seed(rank)), None
+            b = a.clone()
+            dist.all_reduce(a, group=q8)
+            with ringzip.compress("q8"):
+                w = dist.all_reduce(b, group=plain, async_op=True)  # captured at issue ...
+            w.wait()  # ... so it keeps the codec after the block
+            assert torch.equal(a, b), "compress('q8') on an exact group differs from a q8 group"
+            assert ringzip.stats(plain)["q8"]["calls"] == 1
+            with ringzip.compress("q8"), ringzip.exact():  # the innermost wins
+                x = _integers(rank)
+                dist.all_reduce(x, group=plain)
+            assert torch.equal(x, sum(_integers(r) for r in range(ctx.world_size)))
+            assert ringzip.stats(plain)["q8"]["calls"] == 1
+
+        with chk.case("per_call/bad_codec"):
+            with pytest.raises(ValueError, match="zz"):
+                with ringzip.compress("zz"):
+                    pass
+            x = _integers(rank)  # nothing was left pushed: this call runs the group's codec (none)
+            dist.all_reduce(x, group=dist.group.WORLD)
+            assert torch.equal(x, sum(_integers(r) for r in range(ctx.world_size)))
+    dist.destroy_process_group()
+    return chk.result()
+
+
+_LAUNCH: dict = {}
+CASES = [("ringzip", "hook_equals_group_codec"), ("ringzip", "other_calls_stay_exact"),
+         ("gloo", "hook_equals_group_codec"), ("gloo", "other_calls_stay_exact"),
+         ("ringzip", "per_call/exact_on_a_codec_group"), ("ringzip", "per_call/compress_on_an_exact_group"),
+         ("ringzip", "per_call/bad_codec")]
+
+
+@pytest.mark.parametrize("backend,case", CASES, ids=[f"{b}-{c}" for b, c in CASES])
+def test_compress_what_you_mean(backend, case):
+    if backend not in _LAUNCH:
+        _LAUNCH[backend] = mp.run_checks(checks, WS, args=(backend,), timeout=180, stall=60)
+    name = case if case.startswith("per_call/") else f"{backend}/{case}"
+    mp.assert_checks(_LAUNCH[backend], lambda c: c == name, f"{backend}: {case}")
