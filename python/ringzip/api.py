@@ -88,6 +88,23 @@ def _group_of(group, model):
     return model.process_group if group is None and model is not None else group
 
 
+def _warn_without_model(group, what: str) -> None:
+    """Warns when a DistributedDataParallel module reduces its gradients on ``group`` (which
+    compressed calls), but ``model=`` was not passed: DDP reduces the first step of every new
+    process in one bucket of all parameters, so the residuals and the stochastic-rounding stream
+    of its usual buckets cannot be matched then, and the resume is no closer to the
+    uninterrupted run than starting from zero."""
+    import gc
+
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    pg = group if group is not None else dist.distributed_c10d._get_default_group()  # noqa: SLF001
+    if any(isinstance(o, DDP) and o.process_group is pg for o in gc.get_objects()):
+        warnings.warn(f"ringzip.{what}: a DistributedDataParallel module reduces its gradients on this group; pass "
+                      f"it as model= (ringzip.{what}(model=ddp_module)), or the resumed run is not the uninterrupted "
+                      "one (its first step reduces other buckets than the residuals were made for)", stacklevel=3)
+
+
 def error_feedback_state(group=None, model=None) -> dict:
     """This rank's error-feedback state, to store with a checkpoint (each rank its own).
 
@@ -118,6 +135,8 @@ def error_feedback_state(group=None, model=None) -> dict:
     group = _group_of(group, model)
     b = backend_of(group)
     calls, residuals = b.error_feedback_state()
+    if model is None and calls:
+        _warn_without_model(group, "error_feedback_state")
     return {
         "version": STATE_VERSION,
         "codec_version": int(_C.codec.codec_version),
@@ -173,7 +192,9 @@ def load_error_feedback_state(group=None, state: dict | None = None, model=None)
     b = backend_of(group)
     if model is not None:  # checks the model before anything changes
         _resume.install(model, group, state["ddp"], b.release_error_feedback)
-    elif state["ddp"]["layout"] == _resume.REBUILT:
+    elif state["ddp"]["layout"] != _resume.REBUILT and state["calls"]:
+        _warn_without_model(group, "load_error_feedback_state")
+    if model is None and state["ddp"]["layout"] == _resume.REBUILT:
         warnings.warn("ringzip.load_error_feedback_state: the state holds a DDP bucket layout but no model= was given: "
                       "the first step after this load is not an exact replay", stacklevel=2)
     b.load_error_feedback_state(int(state["calls"]), residuals)
