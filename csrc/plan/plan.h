@@ -69,7 +69,9 @@ class Planner {
   std::string flat_reason() const;
 
   // At issue: compressed or exact, node-aware or flat, NCCL's kernel or a schedule, and the
-  // algorithms the options fix. Pure: the same call and settings give the same plan.
+  // algorithms the options fix: a function of the call, the group's settings, the calling
+  // thread's codec (push_call_codec) and torch's deterministic flag, which is what the call's
+  // fingerprint compares across ranks.
   Plan plan(const Call& call) const;
   // At the call's start on the group's worker: the measured choices (algorithm="auto",
   // codec="auto", SRA's segment length); every rank settles alike (plan/tuner.h). After it,

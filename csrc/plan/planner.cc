@@ -81,7 +81,7 @@ std::string Planner::flat_reason() const {
 const NodeLayout* Planner::node_aware(size_t bytes, bool compressed, HierarchyMode mode) const {
   if (mode == HierarchyMode::Flat || !layout_.unsuitable().empty()) return nullptr;
   // Below this, a dense call is latency-bound: three steps of messages cost more than the bytes
-  // the node-aware path keeps off the slow link (the flat choice then is rd or star).
+  // the node-aware path keeps off the slow link (the flat choice then is star or direct).
   constexpr size_t kDenseMinBytes = 1 << 20;
   if (mode == HierarchyMode::Auto && !compressed && bytes < kDenseMinBytes) return nullptr;
   return &layout_;
