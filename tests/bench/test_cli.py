@@ -108,6 +108,7 @@ def test_repeat_keeps_the_median_repetition(tmp_path):
     for r in got:  # every row reports what its first calls cost
         assert r["first_us"] > 0 and r["cold_calls"] >= 1 and 0 <= r["learning_calls"] <= r["cold_calls"], r
         assert r["cold_over_steady"] > 0, r
+        assert len(r["iter_times_us"]) == r["iters"] and min(r["iter_times_us"]) == round(r["time_us_min"], 1), r
 
 
 def _cli_net(args, timeout):

@@ -280,6 +280,7 @@ def combine(spec, item, case: OpCase, results: list[dict], n: int) -> dict:
     row["iters"] = iters
     row["time_us"] = t * 1e6
     row["time_us_min"] = min(per_iter_max) * 1e6
+    row["iter_times_us"] = [round(x * 1e6, 1) for x in per_iter_max]  # every timed call, in order
     # What a user's first calls of this size cost: the slowest rank's time of each call before
     # the timed ones, against the steady median (cold_over_steady: their total / (count x median)).
     cold_n = min(len(r["cold"]) for r in results)
