@@ -9,6 +9,8 @@ stays exact.
 """
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import torch
 import torch.distributed as dist
@@ -27,13 +29,15 @@ def _model(seed):
                                torch.nn.Linear(128, 4))
 
 
-def _train(ddp, rank):
+def _train(ddp, rank, accumulate=1):
     opt = torch.optim.SGD(ddp.parameters(), lr=0.05, momentum=0.9)
     for step in range(STEPS):
-        g = torch.Generator().manual_seed(1000 * rank + step)
-        x = torch.randn(16, 64, generator=g)
         opt.zero_grad()
-        torch.nn.functional.mse_loss(ddp(x), x[:, :4].sin()).backward()
+        for micro in range(accumulate):  # no_sync for all but the last micro-batch
+            g = torch.Generator().manual_seed(1000 * rank + 10 * step + micro)
+            x = torch.randn(16, 64, generator=g)
+            with ddp.no_sync() if micro < accumulate - 1 else contextlib.nullcontext():
+                torch.nn.functional.mse_loss(ddp(x), x[:, :4].sin()).backward()
         opt.step()
     return torch.cat([p.detach().reshape(-1) for p in ddp.module.parameters()])
 
@@ -74,6 +78,16 @@ def checks(ctx, default_backend):
         dist.all_reduce(x, group=g)
         assert torch.equal(x, sum(_integers(r) for r in range(ctx.world_size))), "a user's all-reduce was not exact"
         assert ringzip.stats(g)["q4"]["calls"] == STEPS
+
+    # DDP's features with the hook, on the user's gloo group: each bit for bit DDP on a q4 group
+    for name, kw, acc in VARIANTS if default_backend == "gloo" else ():
+        with chk.case(f"gloo/variant/{name}"):
+            ref = dist.new_group(backend="ringzip", pg_options=ringzip.Options(codec="q4"))
+            want_v = _train(DDP(_model(5 + rank), process_group=ref, **kw), rank, acc)
+            ddp = DDP(_model(5 + rank), **kw)
+            ddp.register_comm_hook(ringzip.hooks.State(codec="q4"), ringzip.hooks.compress)
+            got = _train(ddp, rank, acc)
+            assert torch.equal(got, want_v), f"{name}: max diff {(got - want_v).abs().max().item()}"
 
     if default_backend == "ringzip":
         with chk.case("per_call/exact_on_a_codec_group"):
@@ -123,11 +137,16 @@ def checks(ctx, default_backend):
     return chk.result()
 
 
+VARIANTS = [("no_sync_accumulation", {}, 3), ("static_graph", {"static_graph": True}, 1),
+            ("find_unused_parameters", {"find_unused_parameters": True}, 1),
+            ("gradient_as_bucket_view", {"gradient_as_bucket_view": True}, 1),
+            ("small_buckets", {"bucket_cap_mb": 0.1}, 1)]
 _LAUNCH: dict = {}
 CASES = [("ringzip", "hook_equals_group_codec"), ("ringzip", "other_calls_stay_exact"),
          ("gloo", "hook_equals_group_codec"), ("gloo", "other_calls_stay_exact"),
          ("ringzip", "per_call/exact_on_a_codec_group"), ("ringzip", "per_call/compress_on_an_exact_group"),
-         ("ringzip", "per_call/bad_codec"), ("ringzip", "resume/without_model_warns")]
+         ("ringzip", "per_call/bad_codec"), ("ringzip", "resume/without_model_warns"),
+         *[("gloo", f"variant/{v[0]}") for v in VARIANTS]]
 
 
 @pytest.mark.parametrize("backend,case", CASES, ids=[f"{b}-{c}" for b, c in CASES])
