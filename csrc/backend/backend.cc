@@ -13,8 +13,11 @@ thread_local const RingzipBackend* tl_running = nullptr;
 }  // namespace
 
 RingzipBackend::RingzipBackend(std::unique_ptr<Transport> net, Config cfg)
-    : c10d::Backend(net->rank(), net->size()), net_(std::move(net)), p2p_(net_.get()),
-      cfg_(std::move(cfg)), planner_(size_) {
+    : c10d::Backend(net->rank(), net->size()),
+      net_(std::move(net)),
+      p2p_(net_.get()),
+      cfg_(std::move(cfg)),
+      planner_(size_) {
   worker_ = std::thread([this] { run_worker(); });
 }
 
@@ -40,7 +43,7 @@ void RingzipBackend::shutdown() {
   if (cuda_) shutdown_cuda();  // its watchdog asks the mismatch watch: joined first
 #endif
   watch_.reset();  // joins the mismatch watch thread
-  net_->close();  // threads and sockets go now, even while Python still holds the group
+  net_->close();   // threads and sockets go now, even while Python still holds the group
 }
 
 // A task is a collective and its completion: the future's callbacks (DDP comm hooks) run
@@ -83,15 +86,15 @@ std::chrono::milliseconds RingzipBackend::effective(std::chrono::milliseconds t)
 
 void RingzipBackend::check_usable_locked(const char* name) const {
   RZ_CHECK(!stop_, name, ": the process group was shut down or aborted");
-  TORCH_CHECK_WITH(DistBackendError, broken_.empty(), "ringzip: ", name, " on group '", cfg_.group_name,
-                   "' (rank ", rank_, "): the group is unusable after an earlier failure: ", broken_,
+  TORCH_CHECK_WITH(DistBackendError, broken_.empty(), "ringzip: ", name, " on group '", cfg_.group_name, "' (rank ",
+                   rank_, "): the group is unusable after an earlier failure: ", broken_,
                    " -- destroy it and create a new process group");
 }
 
 c10::intrusive_ptr<c10d::Work> RingzipBackend::submit(c10d::OpType type, const char* name,
                                                       std::vector<at::Tensor> outputs,
-                                                      std::chrono::milliseconds timeout, bool async,
-                                                      Body body, uint32_t nseq, const Fingerprint& fp) {
+                                                      std::chrono::milliseconds timeout, bool async, Body body,
+                                                      uint32_t nseq, const Fingerprint& fp) {
   const auto to = effective(timeout);
   auto work = c10::make_intrusive<CollectiveWork>(rank_, type, name, std::move(outputs), to);
   work->set_blocked_check([this] { return tl_running == this; });
@@ -162,8 +165,7 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::barrier(const c10d::BarrierOption
 
 // Point-to-point bypasses the worker (like gloo): it must not queue behind collectives, and
 // a posted receive must not block them.
-static void check_p2p(const std::vector<at::Tensor>& ts, int peer, int self, int world, int tag,
-                      const char* op) {
+static void check_p2p(const std::vector<at::Tensor>& ts, int peer, int self, int world, int tag, const char* op) {
   check_single(ts, op);
   check_rank(peer, world, op, "peer");
   RZ_CHECK_VALUE(peer != self, op, ": peer rank ", peer, " is this process's own rank");
@@ -177,8 +179,8 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::send(std::vector<at::Tensor>& ten
 #endif
   auto s = Staged::in(tensors[0]);
   auto req = p2p_->isend(s.work.data_ptr(), s.work.nbytes(), dst, static_cast<uint32_t>(tag));
-  return c10::make_intrusive<P2PWork>(rank_, c10d::OpType::SEND, std::move(req),
-                                      std::vector<at::Tensor>{s.work}, nullptr, cfg_.timeout);
+  return c10::make_intrusive<P2PWork>(rank_, c10d::OpType::SEND, std::move(req), std::vector<at::Tensor>{s.work},
+                                      nullptr, cfg_.timeout);
 }
 
 c10::intrusive_ptr<c10d::Work> RingzipBackend::recv(std::vector<at::Tensor>& tensors, int src, int tag) {
@@ -188,19 +190,21 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::recv(std::vector<at::Tensor>& ten
 #endif
   auto s = Staged::out(tensors[0]);
   auto req = p2p_->irecv(s.work.data_ptr(), s.work.nbytes(), src, static_cast<uint32_t>(tag));
-  return c10::make_intrusive<P2PWork>(rank_, c10d::OpType::RECV, std::move(req),
-                                      std::vector<at::Tensor>{s.work}, [s] { s.finish(); }, cfg_.timeout);
+  return c10::make_intrusive<P2PWork>(
+      rank_, c10d::OpType::RECV, std::move(req), std::vector<at::Tensor>{s.work}, [s] { s.finish(); }, cfg_.timeout);
 }
 
 c10::intrusive_ptr<c10d::Work> RingzipBackend::recvAnysource(std::vector<at::Tensor>& tensors, int tag) {
   check_single(tensors, "recv");
   RZ_CHECK_VALUE(tag >= 0 && tag < (1 << 30), "recv: tag ", tag, " outside [0, 2^30)");
-  RZ_CHECK_VALUE(!use_cuda(tensors[0]), "recv: a receive from any source is not supported for CUDA tensors on the "
+  RZ_CHECK_VALUE(!use_cuda(tensors[0]),
+                 "recv: a receive from any source is not supported for CUDA tensors on the "
                  "NCCL transport (NCCL needs the peer); pass src, or use Options(transport=\"gloo\")");
   auto s = Staged::out(tensors[0]);
   auto req = p2p_->irecv_any(s.work.data_ptr(), s.work.nbytes(), static_cast<uint32_t>(tag));
-  return c10::make_intrusive<P2PWork>(rank_, c10d::OpType::RECVANYSOURCE, std::move(req),
-                                      std::vector<at::Tensor>{s.work}, [s] { s.finish(); }, cfg_.timeout);
+  return c10::make_intrusive<P2PWork>(
+      rank_, c10d::OpType::RECVANYSOURCE, std::move(req), std::vector<at::Tensor>{s.work}, [s] { s.finish(); },
+      cfg_.timeout);
 }
 
 }  // namespace ringzip

@@ -50,10 +50,9 @@ class RingzipBackend final : public c10d::Backend {
                                            const c10d::AllreduceOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> allreduce_sparse(std::vector<at::Tensor>& tensors,
                                                   const c10d::AllreduceOptions& opts) override;
-  c10::intrusive_ptr<c10d::Work> allreduce_coalesced(
-      std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) override;
-  c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors,
-                                        const c10d::ReduceOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allreduce_coalesced(std::vector<at::Tensor>& tensors,
+                                                     const c10d::AllreduceCoalescedOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors, const c10d::ReduceOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outputs,
                                            std::vector<at::Tensor>& inputs,
                                            const c10d::AllgatherOptions& opts) override;
@@ -62,29 +61,25 @@ class RingzipBackend final : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> allgather_coalesced(std::vector<std::vector<at::Tensor>>& outputs,
                                                      std::vector<at::Tensor>& inputs,
                                                      const c10d::AllgatherOptions& opts) override;
-  c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(
-      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
-      const c10d::AllgatherOptions& opts) override;
-  c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs,
-                                        std::vector<at::Tensor>& inputs,
+  c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(std::vector<at::Tensor>& outputs,
+                                                                 std::vector<at::Tensor>& inputs,
+                                                                 const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
                                         const c10d::GatherOptions& opts) override;
-  c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor>& outputs,
-                                         std::vector<std::vector<at::Tensor>>& inputs,
+  c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
                                          const c10d::ScatterOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> reduce_scatter(std::vector<at::Tensor>& outputs,
                                                 std::vector<std::vector<at::Tensor>>& inputs,
                                                 const c10d::ReduceScatterOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(at::Tensor& output, at::Tensor& input,
                                                       const c10d::ReduceScatterOptions& opts) override;
-  c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_coalesced(
-      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
-      const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_coalesced(std::vector<at::Tensor>& outputs,
+                                                                 std::vector<at::Tensor>& inputs,
+                                                                 const c10d::ReduceScatterOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor& output, at::Tensor& input,
-                                               std::vector<int64_t>& output_splits,
-                                               std::vector<int64_t>& input_splits,
+                                               std::vector<int64_t>& output_splits, std::vector<int64_t>& input_splits,
                                                const c10d::AllToAllOptions& opts) override;
-  c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& outputs,
-                                          std::vector<at::Tensor>& inputs,
+  c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
                                           const c10d::AllToAllOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst, int tag) override;
   c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src, int tag) override;
@@ -135,9 +130,8 @@ class RingzipBackend final : public c10d::Backend {
   // A blocking call (async=false) that finds the worker idle runs on the caller's thread:
   // two thread hand-offs are most of a small message's latency on a busy CPU.
   template <typename O>
-  c10::intrusive_ptr<c10d::Work> enqueue(c10d::OpType type, const char* name,
-                                         std::vector<at::Tensor> outputs, const O& opts, Body body,
-                                         uint32_t nseq = 1, const FpExtra& extra = {}) {
+  c10::intrusive_ptr<c10d::Work> enqueue(c10d::OpType type, const char* name, std::vector<at::Tensor> outputs,
+                                         const O& opts, Body body, uint32_t nseq = 1, const FpExtra& extra = {}) {
     bool async = true;
     if constexpr (requires { opts.asyncOp; }) async = opts.asyncOp;  // torch >= 2.7
     Fingerprint fp = call_fingerprint(type, outputs, opts, nseq, extra);
@@ -145,8 +139,8 @@ class RingzipBackend final : public c10d::Backend {
   }
   // The call's fingerprint (host and CUDA path alike): its tensors, reduce op and root.
   template <typename O>
-  Fingerprint call_fingerprint(c10d::OpType type, const std::vector<at::Tensor>& outputs, const O& opts,
-                               uint32_t nseq, const FpExtra& extra) const {
+  Fingerprint call_fingerprint(c10d::OpType type, const std::vector<at::Tensor>& outputs, const O& opts, uint32_t nseq,
+                               const FpExtra& extra) const {
     Fingerprint fp = fingerprint(type, outputs, nseq, extra);
     if constexpr (requires { opts.reduceOp; }) fp.op = static_cast<uint8_t>(opts.reduceOp.op_);
     if constexpr (requires { opts.rootRank; }) fp.root = static_cast<int32_t>(opts.rootRank);
@@ -172,10 +166,9 @@ class RingzipBackend final : public c10d::Backend {
                 std::chrono::steady_clock::time_point deadline, bool& poison);
   // fp.seq, and for compressed calls the RNG number they will take (it joins the fingerprint).
   void stamp(Fingerprint& fp, uint64_t seq) const;
-  c10::intrusive_ptr<c10d::Work> submit(c10d::OpType type, const char* name,
-                                        std::vector<at::Tensor> outputs,
-                                        std::chrono::milliseconds timeout, bool async, Body body,
-                                        uint32_t nseq, const Fingerprint& fp);
+  c10::intrusive_ptr<c10d::Work> submit(c10d::OpType type, const char* name, std::vector<at::Tensor> outputs,
+                                        std::chrono::milliseconds timeout, bool async, Body body, uint32_t nseq,
+                                        const Fingerprint& fp);
   using Finish = std::function<void()>;  // completes or fails the work: runs its future's callbacks
   using Task = std::function<Finish()>;
   void run_worker();
@@ -186,18 +179,16 @@ class RingzipBackend final : public c10d::Backend {
   Call planned_call(CallKind kind, const at::Tensor& t, int64_t numel, const c10d::ReduceOp& op) const;
   // The compressed all-reduce / reduce-scatter of a planned call (compressed_ops.cc).
   c10::intrusive_ptr<c10d::Work> compressed_allreduce_work(const at::Tensor& t, const c10d::AllreduceOptions& opts,
-                                                           const char* name, std::vector<at::Tensor> outputs,
-                                                           Call call, Plan plan,
-                                                           std::function<void()> after = nullptr);
+                                                           const char* name, std::vector<at::Tensor> outputs, Call call,
+                                                           Plan plan, std::function<void()> after = nullptr);
   c10::intrusive_ptr<c10d::Work> compressed_reduce_scatter_work(const at::Tensor& out, const at::Tensor& flat_in,
                                                                 const c10d::ReduceScatterOptions& opts,
-                                                                const char* name, const at::Tensor& identity,
-                                                                Call call, Plan plan);
+                                                                const char* name, const at::Tensor& identity, Call call,
+                                                                Plan plan);
   // A compressed call (float32 working copy x) that codec="auto" keeps exact: pre-scale, add the
   // error-feedback residual owed (which becomes zero), the exact algorithm of the plan, finish().
   void exact_under_auto(Comm& c, const at::Tensor& x, const Compression::Call& which, const Reduction& red,
-                        uint64_t in_bytes, const Plan& plan, bool reduce_scatter,
-                        const std::function<void()>& finish);
+                        uint64_t in_bytes, const Plan& plan, bool reduce_scatter, const std::function<void()>& finish);
   // An exact all-reduce of a settled plan (scaled as red says).
   void run_dense_allreduce(Comm& c, Buf b, const Reduction& red, const Plan& plan);
 
@@ -280,7 +271,7 @@ class RingzipBackend final : public c10d::Backend {
   std::condition_variable cv_;
   std::deque<Task> queue_;
   bool stop_ = false;
-  bool busy_ = false;  // a task runs, on the worker or inline
+  bool busy_ = false;   // a task runs, on the worker or inline
   std::string broken_;  // set once by poison(); guarded by mu_
   std::thread worker_;
   std::unique_ptr<MismatchWatch> watch_;

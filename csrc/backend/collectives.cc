@@ -36,10 +36,10 @@ Call exact_only(Call call) {
   return call;
 }
 
-void check_list(const std::vector<at::Tensor>& list, const at::Tensor& like, size_t expect,
-                const char* op, const char* what) {
-  RZ_CHECK_VALUE(list.size() == expect, op, ": ", what, " has ", list.size(),
-                 " tensors, expected ", expect, " (one per rank)");
+void check_list(const std::vector<at::Tensor>& list, const at::Tensor& like, size_t expect, const char* op,
+                const char* what) {
+  RZ_CHECK_VALUE(list.size() == expect, op, ": ", what, " has ", list.size(), " tensors, expected ", expect,
+                 " (one per rank)");
   for (const auto& t : list) check_same(t, like, op, what);
 }
 
@@ -74,18 +74,18 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::allreduce_sparse(std::vector<at::
   return allreduce(tensors, opts);
 }
 
-c10::intrusive_ptr<c10d::Work> RingzipBackend::allreduce_coalesced(
-    std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) {
+c10::intrusive_ptr<c10d::Work> RingzipBackend::allreduce_coalesced(std::vector<at::Tensor>& tensors,
+                                                                   const c10d::AllreduceCoalescedOptions& opts) {
   RZ_CHECK_VALUE(!tensors.empty(), "allreduce_coalesced: no tensors given");
   for (const auto& t : tensors) {
     check_single({t}, "allreduce_coalesced");
     check_device(t, tensors[0], "allreduce_coalesced", "a tensor");
     RZ_CHECK_TYPE(t.scalar_type() == tensors[0].scalar_type(),
-                  "allreduce_coalesced: all tensors must have one dtype, got ", t.scalar_type(),
-                  " and ", tensors[0].scalar_type());
+                  "allreduce_coalesced: all tensors must have one dtype, got ", t.scalar_type(), " and ",
+                  tensors[0].scalar_type());
   }
-  auto red = to_reduction(opts.reduceOp, to_dtype(tensors[0].scalar_type(), "allreduce_coalesced"),
-                          size_, "allreduce_coalesced");
+  auto red = to_reduction(opts.reduceOp, to_dtype(tensors[0].scalar_type(), "allreduce_coalesced"), size_,
+                          "allreduce_coalesced");
 #ifdef RINGZIP_WITH_CUDA
   if (use_cuda(tensors[0])) return cuda_allreduce_coalesced(tensors, opts);
 #endif
@@ -154,14 +154,13 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::reduce(std::vector<at::Tensor>& t
   });
 }
 
-c10::intrusive_ptr<c10d::Work> RingzipBackend::reduce_scatter(
-    std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
-    const c10d::ReduceScatterOptions& opts) {
+c10::intrusive_ptr<c10d::Work> RingzipBackend::reduce_scatter(std::vector<at::Tensor>& outputs,
+                                                              std::vector<std::vector<at::Tensor>>& inputs,
+                                                              const c10d::ReduceScatterOptions& opts) {
   check_single(outputs, "reduce_scatter");
   RZ_CHECK_VALUE(inputs.size() == 1, "reduce_scatter takes one input list per process, got ", inputs.size());
   check_list(inputs[0], outputs[0], size_, "reduce_scatter", "input list");
-  auto red = to_reduction(opts.reduceOp, to_dtype(outputs[0].scalar_type(), "reduce_scatter"), size_,
-                          "reduce_scatter");
+  auto red = to_reduction(opts.reduceOp, to_dtype(outputs[0].scalar_type(), "reduce_scatter"), size_, "reduce_scatter");
 #ifdef RINGZIP_WITH_CUDA
   if (use_cuda(outputs[0]))
     return cuda_reduce_scatter(outputs[0], inputs[0], opts, c10d::OpType::REDUCE_SCATTER, "reduce_scatter");
@@ -175,21 +174,20 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::reduce_scatter(
     return compressed_reduce_scatter_work(outputs[0], flat, opts, "reduce_scatter", inputs[0][0], call, plan);
   auto s = Staged::out(outputs[0]);
   const NodeLayout* nodes = plan.nodes;
-  return enqueue(c10d::OpType::REDUCE_SCATTER, "reduce_scatter", outputs, opts,
-                 [flat, s, red, nodes](Comm& c) {
-                   run_reduce_scatter(c, buf_of(flat), red, s.work, nodes);
-                   s.finish();
-                 });
+  return enqueue(c10d::OpType::REDUCE_SCATTER, "reduce_scatter", outputs, opts, [flat, s, red, nodes](Comm& c) {
+    run_reduce_scatter(c, buf_of(flat), red, s.work, nodes);
+    s.finish();
+  });
 }
 
-c10::intrusive_ptr<c10d::Work> RingzipBackend::_reduce_scatter_base(
-    at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) {
+c10::intrusive_ptr<c10d::Work> RingzipBackend::_reduce_scatter_base(at::Tensor& output, at::Tensor& input,
+                                                                    const c10d::ReduceScatterOptions& opts) {
   check_single({output}, "reduce_scatter_tensor");
   check_device(input, output, "reduce_scatter_tensor", "input");
-  RZ_CHECK_TYPE(input.scalar_type() == output.scalar_type(), "reduce_scatter_tensor: input dtype ",
-                input.scalar_type(), " differs from output dtype ", output.scalar_type());
-  RZ_CHECK_VALUE(input.numel() == output.numel() * size_, "reduce_scatter_tensor: input has ",
-                 input.numel(), " elements, expected output size ", output.numel(), " x group size ", size_);
+  RZ_CHECK_TYPE(input.scalar_type() == output.scalar_type(), "reduce_scatter_tensor: input dtype ", input.scalar_type(),
+                " differs from output dtype ", output.scalar_type());
+  RZ_CHECK_VALUE(input.numel() == output.numel() * size_, "reduce_scatter_tensor: input has ", input.numel(),
+                 " elements, expected output size ", output.numel(), " x group size ", size_);
   auto red = to_reduction(opts.reduceOp, to_dtype(output.scalar_type(), "reduce_scatter_tensor"), size_,
                           "reduce_scatter_tensor");
 #ifdef RINGZIP_WITH_CUDA
@@ -211,20 +209,24 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::_reduce_scatter_base(
                  });
 }
 
-c10::intrusive_ptr<c10d::Work> RingzipBackend::reduce_scatter_tensor_coalesced(
-    std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
-    const c10d::ReduceScatterOptions& opts) {
-  RZ_CHECK_VALUE(outputs.size() == inputs.size(), "reduce_scatter_tensor_coalesced: ", outputs.size(),
-                 " outputs but ", inputs.size(), " inputs");
-  struct Item { at::Tensor flat; Staged out; Reduction red; const NodeLayout* nodes; };
+c10::intrusive_ptr<c10d::Work> RingzipBackend::reduce_scatter_tensor_coalesced(std::vector<at::Tensor>& outputs,
+                                                                               std::vector<at::Tensor>& inputs,
+                                                                               const c10d::ReduceScatterOptions& opts) {
+  RZ_CHECK_VALUE(outputs.size() == inputs.size(), "reduce_scatter_tensor_coalesced: ", outputs.size(), " outputs but ",
+                 inputs.size(), " inputs");
+  struct Item {
+    at::Tensor flat;
+    Staged out;
+    Reduction red;
+    const NodeLayout* nodes;
+  };
   std::vector<Item> items;
   for (size_t i = 0; i < outputs.size(); ++i) {
     check_single({outputs[i]}, "reduce_scatter_tensor_coalesced");
     check_device(inputs[i], outputs[i], "reduce_scatter_tensor_coalesced", "input");
     check_device(outputs[i], outputs[0], "reduce_scatter_tensor_coalesced", "an output");
-    RZ_CHECK_VALUE(inputs[i].numel() == outputs[i].numel() * size_,
-                   "reduce_scatter_tensor_coalesced: input ", i, " has ", inputs[i].numel(),
-                   " elements, expected ", outputs[i].numel() * size_);
+    RZ_CHECK_VALUE(inputs[i].numel() == outputs[i].numel() * size_, "reduce_scatter_tensor_coalesced: input ", i,
+                   " has ", inputs[i].numel(), " elements, expected ", outputs[i].numel() * size_);
     RZ_CHECK_TYPE(inputs[i].scalar_type() == outputs[i].scalar_type(),
                   "reduce_scatter_tensor_coalesced: input and output dtypes differ");
     to_reduction(opts.reduceOp, to_dtype(outputs[i].scalar_type(), "reduce_scatter"), size_,
@@ -234,21 +236,24 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::reduce_scatter_tensor_coalesced(
   if (!outputs.empty() && use_cuda(outputs[0])) return cuda_reduce_scatter_coalesced(outputs, inputs, opts);
 #endif
   for (size_t i = 0; i < outputs.size(); ++i) {
-    items.push_back({inputs[i].to(at::kCPU, false, true).contiguous(), Staged::out(outputs[i]),
-                     to_reduction(opts.reduceOp, to_dtype(outputs[i].scalar_type(), "reduce_scatter"),
-                                  size_, "reduce_scatter_tensor_coalesced"),
-                     planner_.plan(exact_only(planned_call(CallKind::ReduceScatter, inputs[i], inputs[i].numel(),
-                                                           opts.reduceOp))).nodes});
+    items.push_back(
+        {inputs[i].to(at::kCPU, false, true).contiguous(), Staged::out(outputs[i]),
+         to_reduction(opts.reduceOp, to_dtype(outputs[i].scalar_type(), "reduce_scatter"), size_,
+                      "reduce_scatter_tensor_coalesced"),
+         planner_.plan(exact_only(planned_call(CallKind::ReduceScatter, inputs[i], inputs[i].numel(), opts.reduceOp)))
+             .nodes});
   }
   const auto n = static_cast<uint32_t>(items.size());
-  return enqueue(c10d::OpType::COALESCED, "reduce_scatter_tensor_coalesced", outputs, opts,
-                 [items](Comm& c) {
-                   for (const auto& it : items) {
-                     run_reduce_scatter(c, buf_of(it.flat), it.red, it.out.work, it.nodes);
-                     it.out.finish();
-                     ++c.seq;
-                   }
-                 }, std::max<uint32_t>(n, 1));
+  return enqueue(
+      c10d::OpType::COALESCED, "reduce_scatter_tensor_coalesced", outputs, opts,
+      [items](Comm& c) {
+        for (const auto& it : items) {
+          run_reduce_scatter(c, buf_of(it.flat), it.red, it.out.work, it.nodes);
+          it.out.finish();
+          ++c.seq;
+        }
+      },
+      std::max<uint32_t>(n, 1));
 }
 
 c10::intrusive_ptr<c10d::Work> RingzipBackend::allgather(std::vector<std::vector<at::Tensor>>& outputs,
@@ -277,27 +282,26 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::_allgather_base(at::Tensor& outpu
   check_device(output, input, "allgather_into_tensor", "output");
   RZ_CHECK_TYPE(output.scalar_type() == input.scalar_type(), "allgather_into_tensor: output dtype ",
                 output.scalar_type(), " differs from input dtype ", input.scalar_type());
-  RZ_CHECK_VALUE(output.numel() == input.numel() * size_, "allgather_into_tensor: output has ",
-                 output.numel(), " elements, expected input size ", input.numel(), " x group size ", size_);
+  RZ_CHECK_VALUE(output.numel() == input.numel() * size_, "allgather_into_tensor: output has ", output.numel(),
+                 " elements, expected input size ", input.numel(), " x group size ", size_);
 #ifdef RINGZIP_WITH_CUDA
   if (use_cuda(input)) return cuda_allgather_base(output, input, opts);
 #endif
   auto in = input.to(at::kCPU, false, /*copy=*/true).contiguous();  // may alias the output
   auto out = Staged::out(output);
-  return enqueue(c10d::OpType::_ALLGATHER_BASE, "allgather_into_tensor", {output}, opts,
-                 [in, out](Comm& c) {
-                   auto flat = out.work.view({-1});
-                   const int64_t n = in.numel();
-                   flat.narrow(0, n * c.rank(), n).copy_(in.view({-1}));
-                   ring_allgather(c, buf_of(flat), even_parts(flat.numel(), c.size()));
-                   out.finish();
-                 });
+  return enqueue(c10d::OpType::_ALLGATHER_BASE, "allgather_into_tensor", {output}, opts, [in, out](Comm& c) {
+    auto flat = out.work.view({-1});
+    const int64_t n = in.numel();
+    flat.narrow(0, n * c.rank(), n).copy_(in.view({-1}));
+    ring_allgather(c, buf_of(flat), even_parts(flat.numel(), c.size()));
+    out.finish();
+  });
 }
 
 // outputs[rank][i] receives rank's inputs[i] (one list per rank, as torch and gloo pass them).
-c10::intrusive_ptr<c10d::Work> RingzipBackend::allgather_coalesced(
-    std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
-    const c10d::AllgatherOptions& opts) {
+c10::intrusive_ptr<c10d::Work> RingzipBackend::allgather_coalesced(std::vector<std::vector<at::Tensor>>& outputs,
+                                                                   std::vector<at::Tensor>& inputs,
+                                                                   const c10d::AllgatherOptions& opts) {
   RZ_CHECK_VALUE(!inputs.empty(), "allgather_coalesced: no input tensors given");
   RZ_CHECK_VALUE(outputs.size() == static_cast<size_t>(size_), "allgather_coalesced: ", outputs.size(),
                  " output lists, expected ", size_, " (one per rank)");
@@ -319,24 +323,26 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::allgather_coalesced(
 #endif
   for (const auto& t : inputs) ins.push_back(t.reshape({-1}).to(at::kCPU, false, true).contiguous());
   auto outs = outputs;
-  return enqueue(c10d::OpType::ALLGATHER_COALESCED, "allgather_coalesced", all_out, opts,
-                 [ins, outs](Comm& c) {
-                   for (size_t i = 0; i < ins.size(); ++i) {
-                     const int64_t n = ins[i].numel();
-                     auto flat = at::empty({n * c.size()}, ins[i].options());
-                     flat.narrow(0, n * c.rank(), n).copy_(ins[i]);
-                     ring_allgather(c, buf_of(flat), even_parts(flat.numel(), c.size()));
-                     for (int r = 0; r < c.size(); ++r)
-                       outs[r][i].copy_(flat.narrow(0, n * r, n).view(outs[r][i].sizes()));
-                     ++c.seq;
-                   }
-                 }, static_cast<uint32_t>(inputs.size()));
+  return enqueue(
+      c10d::OpType::ALLGATHER_COALESCED, "allgather_coalesced", all_out, opts,
+      [ins, outs](Comm& c) {
+        for (size_t i = 0; i < ins.size(); ++i) {
+          const int64_t n = ins[i].numel();
+          auto flat = at::empty({n * c.size()}, ins[i].options());
+          flat.narrow(0, n * c.rank(), n).copy_(ins[i]);
+          ring_allgather(c, buf_of(flat), even_parts(flat.numel(), c.size()));
+          for (int r = 0; r < c.size(); ++r) outs[r][i].copy_(flat.narrow(0, n * r, n).view(outs[r][i].sizes()));
+          ++c.seq;
+        }
+      },
+      static_cast<uint32_t>(inputs.size()));
 }
 
-c10::intrusive_ptr<c10d::Work> RingzipBackend::allgather_into_tensor_coalesced(
-    std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs, const c10d::AllgatherOptions& opts) {
-  RZ_CHECK_VALUE(outputs.size() == inputs.size(), "allgather_into_tensor_coalesced: ", outputs.size(),
-                 " outputs but ", inputs.size(), " inputs");
+c10::intrusive_ptr<c10d::Work> RingzipBackend::allgather_into_tensor_coalesced(std::vector<at::Tensor>& outputs,
+                                                                               std::vector<at::Tensor>& inputs,
+                                                                               const c10d::AllgatherOptions& opts) {
+  RZ_CHECK_VALUE(outputs.size() == inputs.size(), "allgather_into_tensor_coalesced: ", outputs.size(), " outputs but ",
+                 inputs.size(), " inputs");
   std::vector<std::pair<at::Tensor, Staged>> items;
   for (size_t i = 0; i < outputs.size(); ++i) {
     check_single({inputs[i]}, "allgather_into_tensor_coalesced");
@@ -344,30 +350,32 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::allgather_into_tensor_coalesced(
     check_device(inputs[i], inputs[0], "allgather_into_tensor_coalesced", "an input");
     RZ_CHECK_TYPE(outputs[i].scalar_type() == inputs[i].scalar_type(),
                   "allgather_into_tensor_coalesced: output and input dtypes differ");
-    RZ_CHECK_VALUE(outputs[i].numel() == inputs[i].numel() * size_, "allgather_into_tensor_coalesced: output ",
-                   i, " has ", outputs[i].numel(), " elements, expected ", inputs[i].numel() * size_);
+    RZ_CHECK_VALUE(outputs[i].numel() == inputs[i].numel() * size_, "allgather_into_tensor_coalesced: output ", i,
+                   " has ", outputs[i].numel(), " elements, expected ", inputs[i].numel() * size_);
   }
 #ifdef RINGZIP_WITH_CUDA
   if (!inputs.empty() && use_cuda(inputs[0])) return cuda_allgather_into_tensor_coalesced(outputs, inputs, opts);
 #endif
   for (size_t i = 0; i < outputs.size(); ++i)
     items.emplace_back(inputs[i].to(at::kCPU, false, true).contiguous(), Staged::out(outputs[i]));
-  return enqueue(c10d::OpType::COALESCED, "allgather_into_tensor_coalesced", outputs, opts,
-                 [items](Comm& c) {
-                   for (const auto& [in, out] : items) {
-                     auto flat = out.work.view({-1});
-                     const int64_t n = in.numel();
-                     flat.narrow(0, n * c.rank(), n).copy_(in.view({-1}));
-                     ring_allgather(c, buf_of(flat), even_parts(flat.numel(), c.size()));
-                     out.finish();
-                     ++c.seq;
-                   }
-                 }, std::max<uint32_t>(static_cast<uint32_t>(items.size()), 1));
+  return enqueue(
+      c10d::OpType::COALESCED, "allgather_into_tensor_coalesced", outputs, opts,
+      [items](Comm& c) {
+        for (const auto& [in, out] : items) {
+          auto flat = out.work.view({-1});
+          const int64_t n = in.numel();
+          flat.narrow(0, n * c.rank(), n).copy_(in.view({-1}));
+          ring_allgather(c, buf_of(flat), even_parts(flat.numel(), c.size()));
+          out.finish();
+          ++c.seq;
+        }
+      },
+      std::max<uint32_t>(static_cast<uint32_t>(items.size()), 1));
 }
 
 Call RingzipBackend::planned_call(CallKind kind, const at::Tensor& t, int64_t numel, const c10d::ReduceOp& op) const {
-  return Call{kind, use_cuda(t) ? Device::Cuda : Device::Host, t.scalar_type(), op.op_, numel,
-              static_cast<size_t>(numel) * t.element_size()};
+  return Call{kind,  use_cuda(t) ? Device::Cuda : Device::Host,    t.scalar_type(), op.op_,
+              numel, static_cast<size_t>(numel) * t.element_size()};
 }
 
 void RingzipBackend::run_dense_allreduce(Comm& c, Buf b, const Reduction& red, const Plan& plan) {

@@ -13,7 +13,6 @@
 namespace ringzip {
 namespace {
 
-
 // Float32 working copy of t on the host (t itself when it already is one).
 at::Tensor f32_work(const at::Tensor& t) {
   if (t.device().is_cpu() && t.is_contiguous() && t.scalar_type() == at::kFloat) return t;
@@ -27,7 +26,8 @@ at::Tensor f32_work(const at::Tensor& t) {
 class Fp16Watch {
  public:
   Fp16Watch(const CompressionConfig& cc, const at::Tensor& x)
-      : on_(cc.spec().kind == codec::Kind::Fp16), in_finite_(on_ && codec::all_finite(x.data_ptr<float>(), x.numel())) {}
+      : on_(cc.spec().kind == codec::Kind::Fp16),
+        in_finite_(on_ && codec::all_finite(x.data_ptr<float>(), x.numel())) {}
   void after(Compression& comp, const CompressionConfig& cc, const at::Tensor& out) const {
     if (!in_finite_ || codec::all_finite(out.data_ptr<float>(), out.numel())) return;
     CodecStats d;
@@ -54,39 +54,43 @@ void RingzipBackend::configure(AllreduceAlgo algorithm, CheckMode check, Compres
   check_ = check;
 }
 
-c10::intrusive_ptr<c10d::Work> RingzipBackend::compressed_allreduce_work(
-    const at::Tensor& t, const c10d::AllreduceOptions& opts, const char* name, std::vector<at::Tensor> outputs,
-    Call call, Plan plan, std::function<void()> after) {
+c10::intrusive_ptr<c10d::Work> RingzipBackend::compressed_allreduce_work(const at::Tensor& t,
+                                                                         const c10d::AllreduceOptions& opts,
+                                                                         const char* name,
+                                                                         std::vector<at::Tensor> outputs, Call call,
+                                                                         Plan plan, std::function<void()> after) {
   const auto red = to_reduction(opts.reduceOp, to_dtype(t.scalar_type(), name), size_, name);
   const at::Tensor x = f32_work(t);
   const uint64_t in_bytes = t.nbytes();
   const at::Tensor owner = outputs.at(0);
   const FpExtra fp = codec_fingerprint(plan.cc);
-  return enqueue(c10d::OpType::ALLREDUCE, name, std::move(outputs), opts,
-                 [this, t, x, owner, red, in_bytes, after, call, plan](Comm& c) mutable {
-                   const int n = c.size();
-                   const Compression::Call which = comp_.begin_call(owner, t.numel(), plan.cc.feedback());
-                   planner_.settle(c, call, plan);
-                   const CompressionConfig& run = plan.run;
-                   const Fp16Watch fp16(run, x);
-                   auto finish = [&] {
-                     fp16.after(comp_, run, x);
-                     if (red.post != 1.0) x.mul_(red.post);
-                     if (!x.is_same(t)) t.copy_(x);
-                     if (after) after();
-                   };
-                   if (!run.enabled()) return exact_under_auto(c, x, which, red, in_bytes, plan, false, finish);
-                   const NodeLayout* nodes = plan.nodes;
-                   run_compressed(
-                       c, comp_, run, x, which, red, in_bytes, dense_factor_of(nodes, n, true),
-                       [&](const CompressedCall& cc) {
-                         planner_.timed(c, plan, [&] {
-                           if (nodes) return hierarchical_compressed_allreduce(c, *nodes, x.data_ptr<float>(), x.numel(), cc);
-                           compressed_allreduce(c, x.data_ptr<float>(), x.numel(), cc);
-                         });
-                       },
-                       finish);
-                 }, 1, fp);
+  return enqueue(
+      c10d::OpType::ALLREDUCE, name, std::move(outputs), opts,
+      [this, t, x, owner, red, in_bytes, after, call, plan](Comm& c) mutable {
+        const int n = c.size();
+        const Compression::Call which = comp_.begin_call(owner, t.numel(), plan.cc.feedback());
+        planner_.settle(c, call, plan);
+        const CompressionConfig& run = plan.run;
+        const Fp16Watch fp16(run, x);
+        auto finish = [&] {
+          fp16.after(comp_, run, x);
+          if (red.post != 1.0) x.mul_(red.post);
+          if (!x.is_same(t)) t.copy_(x);
+          if (after) after();
+        };
+        if (!run.enabled()) return exact_under_auto(c, x, which, red, in_bytes, plan, false, finish);
+        const NodeLayout* nodes = plan.nodes;
+        run_compressed(
+            c, comp_, run, x, which, red, in_bytes, dense_factor_of(nodes, n, true),
+            [&](const CompressedCall& cc) {
+              planner_.timed(c, plan, [&] {
+                if (nodes) return hierarchical_compressed_allreduce(c, *nodes, x.data_ptr<float>(), x.numel(), cc);
+                compressed_allreduce(c, x.data_ptr<float>(), x.numel(), cc);
+              });
+            },
+            finish);
+      },
+      1, fp);
 }
 
 c10::intrusive_ptr<c10d::Work> RingzipBackend::compressed_reduce_scatter_work(
@@ -97,33 +101,35 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::compressed_reduce_scatter_work(
   const at::Tensor x = flat_in.to(at::kCPU, at::kFloat, false, /*copy=*/true).contiguous().view({-1});
   const uint64_t in_bytes = flat_in.nbytes();
   const FpExtra fp = codec_fingerprint(plan.cc);
-  return enqueue(c10d::OpType::REDUCE_SCATTER, name, {out}, opts,
-                 [this, out, x, identity, red, in_bytes, call, plan](Comm& c) mutable {
-                   const int n = c.size();
-                   const Compression::Call which = comp_.begin_call(identity, x.numel(), plan.cc.feedback());
-                   planner_.settle(c, call, plan);
-                   const CompressionConfig& run = plan.run;
-                   const Fp16Watch fp16(run, x);
-                   auto finish = [&] {
-                     const int64_t part = out.numel();
-                     auto mine = x.narrow(0, part * c.rank(), part);
-                     fp16.after(comp_, run, mine);
-                     if (red.post != 1.0) mine.mul_(red.post);
-                     out.copy_(mine.view(out.sizes()));
-                   };
-                   if (!run.enabled()) return exact_under_auto(c, x, which, red, in_bytes, plan, true, finish);
-                   const NodeLayout* nodes = plan.nodes;
-                   run_compressed(
-                       c, comp_, run, x, which, red, in_bytes, dense_factor_of(nodes, n, false),
-                       [&](const CompressedCall& cc) {
-                         planner_.timed(c, plan, [&] {
-                           float* data = x.data_ptr<float>();
-                           if (nodes) return hierarchical_compressed_reduce_scatter(c, *nodes, data, x.numel(), cc);
-                           compressed_reduce_scatter(c, data, x.numel(), cc);
-                         });
-                       },
-                       finish);
-                 }, 1, fp);
+  return enqueue(
+      c10d::OpType::REDUCE_SCATTER, name, {out}, opts,
+      [this, out, x, identity, red, in_bytes, call, plan](Comm& c) mutable {
+        const int n = c.size();
+        const Compression::Call which = comp_.begin_call(identity, x.numel(), plan.cc.feedback());
+        planner_.settle(c, call, plan);
+        const CompressionConfig& run = plan.run;
+        const Fp16Watch fp16(run, x);
+        auto finish = [&] {
+          const int64_t part = out.numel();
+          auto mine = x.narrow(0, part * c.rank(), part);
+          fp16.after(comp_, run, mine);
+          if (red.post != 1.0) mine.mul_(red.post);
+          out.copy_(mine.view(out.sizes()));
+        };
+        if (!run.enabled()) return exact_under_auto(c, x, which, red, in_bytes, plan, true, finish);
+        const NodeLayout* nodes = plan.nodes;
+        run_compressed(
+            c, comp_, run, x, which, red, in_bytes, dense_factor_of(nodes, n, false),
+            [&](const CompressedCall& cc) {
+              planner_.timed(c, plan, [&] {
+                float* data = x.data_ptr<float>();
+                if (nodes) return hierarchical_compressed_reduce_scatter(c, *nodes, data, x.numel(), cc);
+                compressed_reduce_scatter(c, data, x.numel(), cc);
+              });
+            },
+            finish);
+      },
+      1, fp);
 }
 
 void RingzipBackend::exact_under_auto(Comm& c, const at::Tensor& x, const Compression::Call& which,
@@ -150,8 +156,12 @@ void RingzipBackend::exact_under_auto(Comm& c, const at::Tensor& x, const Compre
   finish();
   // As run_compressed counts: node-aware calls file the bytes between nodes as bytes_wire and the
   // exact steps inside the node as bytes_intra_node.
-  CodecStats d{1, in_bytes, c.bytes_sent, static_cast<uint64_t>(dense_factor_of(nodes, n, !reduce_scatter) * in_bytes),
-               0, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()};
+  CodecStats d{1,
+               in_bytes,
+               c.bytes_sent,
+               static_cast<uint64_t>(dense_factor_of(nodes, n, !reduce_scatter) * in_bytes),
+               0,
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()};
   d.bytes_intra_node = c.bytes_intra_node;
   comp_.record("none", d);
 }

@@ -22,8 +22,8 @@ inline FpExtra codec_fingerprint(const CompressionConfig& cc) {
   e.codec = cc.codec;
   uint64_t h = 1469598103934665603ull;
   for (uint64_t v : {static_cast<uint64_t>(codec::kCodecVersion), static_cast<uint64_t>(cc.bucket_size),
-                     static_cast<uint64_t>(cc.stochastic), cc.seed,
-                     static_cast<uint64_t>(cc.algorithm), static_cast<uint64_t>(cc.topk_block)}) {
+                     static_cast<uint64_t>(cc.stochastic), cc.seed, static_cast<uint64_t>(cc.algorithm),
+                     static_cast<uint64_t>(cc.topk_block)}) {
     h = (h ^ v) * 1099511628211ull;
   }
   e.codec_hash = static_cast<uint32_t>(h ^ (h >> 32));
@@ -58,7 +58,11 @@ void run_compressed(Comm& c, Compression& comp, const CompressionConfig& cc, con
   if (which.residual.defined()) call.residual = which.residual.data_ptr<float>();  // the algorithm adds it to x
   algo(call);
   finish();
-  CodecStats d{1, in_bytes, c.bytes_sent, static_cast<uint64_t>(dense_factor * in_bytes), c.codec_seconds,
+  CodecStats d{1,
+               in_bytes,
+               c.bytes_sent,
+               static_cast<uint64_t>(dense_factor * in_bytes),
+               c.codec_seconds,
                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()};
   d.bytes_intra_node = c.bytes_intra_node;
   comp.record(cc.stats_name(), d);

@@ -97,8 +97,7 @@ void Compression::load_state(const State& state) {
   std::vector<Entry> entries;
   for (const auto& r : state.residuals) {
     // A copy: the caller's tensors stay theirs (and a later step must not change a saved state).
-    Entry e{r.values.to(at::kFloat).contiguous().view({-1}).clone(), r.last_use,
-            r.bound ? Bind::Awaiting : Bind::Free};
+    Entry e{r.values.to(at::kFloat).contiguous().view({-1}).clone(), r.last_use, r.bound ? Bind::Awaiting : Bind::Free};
     entries.push_back(std::move(e));
   }
   std::lock_guard<std::mutex> lock(mu_);

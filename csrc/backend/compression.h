@@ -18,9 +18,9 @@ namespace ringzip {
 
 struct CodecStats {
   uint64_t calls = 0;
-  uint64_t bytes_in = 0;          // caller's tensor bytes
-  uint64_t bytes_sent = 0;        // this rank's bytes on the wire
-  uint64_t bytes_dense_equiv = 0; // what an exact ring all-reduce would have sent
+  uint64_t bytes_in = 0;           // caller's tensor bytes
+  uint64_t bytes_sent = 0;         // this rank's bytes on the wire
+  uint64_t bytes_dense_equiv = 0;  // what an exact ring all-reduce would have sent
   double codec_seconds = 0;
   double total_seconds = 0;
   // fp16 (host path): calls whose result held Inf/NaN although this rank's input was finite --
@@ -85,7 +85,7 @@ class Compression {
     at::Tensor values;      // float32, 1-D
   };
   struct State {
-    uint64_t calls = 0;  // compressed calls so far: the next call's number
+    uint64_t calls = 0;                    // compressed calls so far: the next call's number
     std::vector<SavedResidual> residuals;  // by last use
   };
   State state() const;  // copies
@@ -97,7 +97,7 @@ class Compression {
     at::Tensor residual;
     uint64_t last_use = 0;
     Bind bind = Bind::Free;
-    std::string key;                                   // Live: storage, offset, size
+    std::string key;  // Live: storage, offset, size
     c10::weak_intrusive_ptr<c10::StorageImpl> owner{c10::intrusive_ptr<c10::StorageImpl>()};  // Live
     bool live() const { return bind == Bind::Live && !owner.expired(); }
     bool free() const { return bind == Bind::Free || (bind == Bind::Live && owner.expired()); }

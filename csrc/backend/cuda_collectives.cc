@@ -82,7 +82,8 @@ Compression::Call begin_compressed(Compression& comp, const CompressionConfig& c
                                    int64_t numel, c10::Device device) {
   Compression::Call which = comp.begin_call(owner, numel, cc.feedback(), device);
   if (which.residual.defined())
-    c10::cuda::CUDACachingAllocator::recordStream(which.residual.storage().data_ptr(), c10::cuda::getCurrentCUDAStream());
+    c10::cuda::CUDACachingAllocator::recordStream(which.residual.storage().data_ptr(),
+                                                  c10::cuda::getCurrentCUDAStream());
   return which;
 }
 
@@ -108,8 +109,8 @@ void compressed_allreduce_on(Comm& c, Compression& comp, const CompressionConfig
 
 // Reduce-scatter of `flat` (contiguous, every rank's part in rank order) into `out`; by NCCL
 // where the plan says so.
-void exact_reduce_scatter(Comm& c, CudaDevice& d, const at::Tensor& flat, const at::Tensor& out,
-                          const Reduction& red, const Plan& plan) {
+void exact_reduce_scatter(Comm& c, CudaDevice& d, const at::Tensor& flat, const at::Tensor& out, const Reduction& red,
+                          const Plan& plan) {
   ncclRedOp_t op = ncclSum;
   const bool by_nccl = plan.nccl;
   nccl_op(red.op, flat.scalar_type(), op);
@@ -119,8 +120,8 @@ void exact_reduce_scatter(Comm& c, CudaDevice& d, const at::Tensor& flat, const 
   at::Tensor o = out_buffer(out);
   if (o.numel() == 0) return;
   if (by_nccl) {
-    nccl_check(ncclReduceScatter(in.data_ptr(), o.data_ptr(), o.numel(), nccl_type(in.scalar_type()), op,
-                                 d.comm->get(), stream_of(d)),
+    nccl_check(ncclReduceScatter(in.data_ptr(), o.data_ptr(), o.numel(), nccl_type(in.scalar_type()), op, d.comm->get(),
+                                 stream_of(d)),
                "ncclReduceScatter");
   } else {
     const Buf b = buf_of(in);
@@ -173,13 +174,12 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::cuda_allreduce(at::Tensor& t, con
       compressed_allreduce_on(c, comp_, plan.run, t, t, red, plan.nodes);
     });
   }
-  return run_cuda(cuda_call(c10d::OpType::ALLREDUCE, "allreduce", t, {t}, {t}, opts),
-                  [&](Comm& c, CudaDevice& d) {
-                    planner_.settle(c, planned, plan);
-                    at::Tensor w = contiguous(t);
-                    exact_allreduce(c, d, w, red, plan);
-                    write_back(w, t);
-                  });
+  return run_cuda(cuda_call(c10d::OpType::ALLREDUCE, "allreduce", t, {t}, {t}, opts), [&](Comm& c, CudaDevice& d) {
+    planner_.settle(c, planned, plan);
+    at::Tensor w = contiguous(t);
+    exact_allreduce(c, d, w, red, plan);
+    write_back(w, t);
+  });
 }
 
 c10::intrusive_ptr<c10d::Work> RingzipBackend::cuda_allreduce_coalesced(std::vector<at::Tensor>& tensors,
@@ -237,8 +237,8 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::cuda_reduce(at::Tensor& t, const 
     if (w.numel() == 0) return;
     if (plan.nccl) {
       nccl_op(red.op, w.scalar_type(), op);
-      nccl_check(ncclReduce(w.data_ptr(), w.data_ptr(), w.numel(), nccl_type(w.scalar_type()), op, root,
-                            d.comm->get(), stream_of(d)),
+      nccl_check(ncclReduce(w.data_ptr(), w.data_ptr(), w.numel(), nccl_type(w.scalar_type()), op, root, d.comm->get(),
+                            stream_of(d)),
                  "ncclReduce");
     } else {
       ringzip::reduce(c, buf_of(w), red.op, root);
@@ -274,18 +274,19 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::cuda_scatter(at::Tensor& out, std
   const int root = static_cast<int>(opts.rootRank);
   std::vector<at::Tensor> inputs = ins;
   inputs.push_back(out);
-  return run_cuda(cuda_call(c10d::OpType::SCATTER, "scatter", out, inputs, {out}, opts), [&, ins](Comm& c, CudaDevice&) {
-    std::vector<at::Tensor> srcs;
-    std::vector<const void*> ptrs;
-    for (const auto& i : ins) {
-      srcs.push_back(contiguous(i));
-      ptrs.push_back(srcs.back().data_ptr());
-    }
-    at::Tensor o = out_buffer(out);
-    if (c.rank() == root) c.dev.copy(o.data_ptr(), ptrs[root], o.nbytes());
-    ringzip::scatter(c, ptrs, o.data_ptr(), o.nbytes(), root);
-    write_back(o, out);
-  });
+  return run_cuda(cuda_call(c10d::OpType::SCATTER, "scatter", out, inputs, {out}, opts),
+                  [&, ins](Comm& c, CudaDevice&) {
+                    std::vector<at::Tensor> srcs;
+                    std::vector<const void*> ptrs;
+                    for (const auto& i : ins) {
+                      srcs.push_back(contiguous(i));
+                      ptrs.push_back(srcs.back().data_ptr());
+                    }
+                    at::Tensor o = out_buffer(out);
+                    if (c.rank() == root) c.dev.copy(o.data_ptr(), ptrs[root], o.nbytes());
+                    ringzip::scatter(c, ptrs, o.data_ptr(), o.nbytes(), root);
+                    write_back(o, out);
+                  });
 }
 
 // ---- reduce-scatter --------------------------------------------------------------------------------
@@ -298,9 +299,9 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::cuda_reduce_scatter(at::Tensor& o
   Plan plan = planner_.plan(planned);
   const at::Tensor identity = parts[0];  // names the residual, as on the host path
   // Fingerprints as on the host: a compressed call is a REDUCE_SCATTER with its codec.
-  auto call = plan.compressed
-                  ? cuda_call(c10d::OpType::REDUCE_SCATTER, name, out, parts, {out}, opts, 1, codec_fingerprint(plan.cc))
-                  : cuda_call(type, name, out, parts, {out}, opts);
+  auto call = plan.compressed ? cuda_call(c10d::OpType::REDUCE_SCATTER, name, out, parts, {out}, opts, 1,
+                                          codec_fingerprint(plan.cc))
+                              : cuda_call(type, name, out, parts, {out}, opts);
   return run_cuda(std::move(call), [&, parts, identity](Comm& c, CudaDevice& d) {
     planner_.settle(c, planned, plan);
     at::Tensor flat;
@@ -323,7 +324,8 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::cuda_reduce_scatter_coalesced(std
                                                                              const c10d::ReduceScatterOptions& opts) {
   const char* name = "reduce_scatter_tensor_coalesced";
   std::vector<Reduction> reds;
-  for (const auto& o : outputs) reds.push_back(to_reduction(opts.reduceOp, to_dtype(o.scalar_type(), name), size_, name));
+  for (const auto& o : outputs)
+    reds.push_back(to_reduction(opts.reduceOp, to_dtype(o.scalar_type(), name), size_, name));
   std::vector<Plan> plans;
   for (size_t i = 0; i < outputs.size(); ++i) {
     Call planned = planned_call(CallKind::ReduceScatter, inputs[i], inputs[i].numel(), opts.reduceOp);
@@ -454,8 +456,13 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::cuda_alltoall(std::vector<at::Ten
 // On the group's communicator and internal stream: NCCL matches a pair's sends and receives in
 // posting order (tags are not sent), and a receive holds the stream until its send arrives.
 c10::intrusive_ptr<c10d::Work> RingzipBackend::cuda_p2p(at::Tensor& t, int peer, bool send) {
-  CudaCall call{send ? c10d::OpType::SEND : c10d::OpType::RECV, send ? "send" : "recv", t.device(), {t}, {t},
-                cfg_.timeout, Fingerprint{}};
+  CudaCall call{send ? c10d::OpType::SEND : c10d::OpType::RECV,
+                send ? "send" : "recv",
+                t.device(),
+                {t},
+                {t},
+                cfg_.timeout,
+                Fingerprint{}};
   call.p2p = true;
   return run_cuda(std::move(call), [&](Comm& c, CudaDevice&) {
     if (send) {
@@ -472,7 +479,12 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::cuda_p2p(at::Tensor& t, int peer,
 
 c10::intrusive_ptr<c10d::Work> RingzipBackend::cuda_barrier(c10::Device device, const c10d::BarrierOptions& opts) {
   RZ_CHECK_VALUE(device.has_index(), "barrier: a CUDA device needs an index, got ", device);
-  CudaCall call{c10d::OpType::BARRIER, "barrier", device, {}, {}, effective(opts.timeout),
+  CudaCall call{c10d::OpType::BARRIER,
+                "barrier",
+                device,
+                {},
+                {},
+                effective(opts.timeout),
                 fingerprint(c10d::OpType::BARRIER, {}, 1, {})};
   call.blocking = true;  // wait() blocks the host, as dist.barrier() expects
   return run_cuda(std::move(call), [](Comm& c, CudaDevice&) { ringzip::barrier(c); });

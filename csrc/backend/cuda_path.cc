@@ -59,8 +59,8 @@ CudaWork::CudaWork(int rank, int size, c10d::OpType type, std::string name, std:
                                                        std::vector<c10::Device>{device})) {}
 
 std::string CudaWork::describe() const {
-  return name_ + " (seq " + std::to_string(seq_) + ", rank " + std::to_string(rank_) + " of " +
-         std::to_string(size_) + ") on group '" + group_ + "' on " + device_.str();
+  return name_ + " (seq " + std::to_string(seq_) + ", rank " + std::to_string(rank_) + " of " + std::to_string(size_) +
+         ") on group '" + group_ + "' on " + device_.str();
 }
 
 void CudaWork::begin(const c10::cuda::CUDAStream& caller, const c10::cuda::CUDAStream& internal) {

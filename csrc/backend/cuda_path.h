@@ -39,7 +39,7 @@ class Event {
   Event& operator=(const Event&) = delete;
   void record(const c10::cuda::CUDAStream& s);
   void block(const c10::cuda::CUDAStream& s) const;  // s waits for the event (host does not)
-  bool query() const;  // throws on a CUDA error (a failed kernel)
+  bool query() const;                                // throws on a CUDA error (a failed kernel)
 
  private:
   cudaEvent_t ev_ = nullptr;
@@ -108,11 +108,11 @@ struct CudaDevice {
 class CudaPath {
  public:
   struct Hooks {
-    std::function<void(const std::string&)> fail;       // poisons the group (which calls abort())
-    std::function<std::string(uint64_t)> diagnose;       // mismatch watch: verdict for a stalled call, or ""
+    std::function<void(const std::string&)> fail;   // poisons the group (which calls abort())
+    std::function<std::string(uint64_t)> diagnose;  // mismatch watch: verdict for a stalled call, or ""
   };
-  static constexpr std::chrono::milliseconds kPoll{100};      // watchdog period
-  static constexpr std::chrono::milliseconds kStall{250};     // first diagnosis of a started, pending call
+  static constexpr std::chrono::milliseconds kPoll{100};        // watchdog period
+  static constexpr std::chrono::milliseconds kStall{250};       // first diagnosis of a started, pending call
   static constexpr std::chrono::milliseconds kAbortLock{2000};  // abort waits this long for an issuing thread
 
   CudaPath(c10::intrusive_ptr<c10d::Store> store, int rank, int size, std::string group, Hooks hooks);

@@ -177,8 +177,7 @@ void CudaPath::stop() {
     try {
       c10::cuda::CUDAGuard g(p.work->device());
       ended = p.work->ended();
-    } catch (...) {
-    }
+    } catch (...) {}
     if (ended) {
       p.work->done();
     } else {

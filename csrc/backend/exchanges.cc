@@ -14,12 +14,12 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::gather(std::vector<std::vector<at
   std::vector<Staged> outs;
   if (rank_ == root) {
     RZ_CHECK_VALUE(outputs.size() == 1, "gather: the root takes one output list, got ", outputs.size());
-    RZ_CHECK_VALUE(outputs[0].size() == static_cast<size_t>(size_), "gather: output list has ",
-                   outputs[0].size(), " tensors, expected ", size_, " (one per rank)");
+    RZ_CHECK_VALUE(outputs[0].size() == static_cast<size_t>(size_), "gather: output list has ", outputs[0].size(),
+                   " tensors, expected ", size_, " (one per rank)");
     for (const auto& t : outputs[0]) check_same(t, inputs[0], "gather", "an output tensor");
   } else {
-    RZ_CHECK_VALUE(outputs.empty() || (outputs.size() == 1 && outputs[0].empty()),
-                   "gather: only the root (rank ", root, ") takes an output list");
+    RZ_CHECK_VALUE(outputs.empty() || (outputs.size() == 1 && outputs[0].empty()), "gather: only the root (rank ", root,
+                   ") takes an output list");
   }
   std::vector<at::Tensor> result = rank_ == root ? outputs[0] : std::vector<at::Tensor>{};
 #ifdef RINGZIP_WITH_CUDA
@@ -27,13 +27,16 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::gather(std::vector<std::vector<at
 #endif
   for (const auto& t : result) outs.push_back(Staged::out(t));
   auto in = Staged::in(inputs[0]);
-  return enqueue(c10d::OpType::GATHER, "gather", result, opts, [in, outs, root](Comm& c) {
-    std::vector<void*> ptrs;
-    for (const auto& o : outs) ptrs.push_back(o.work.data_ptr());
-    if (c.rank() == root && in.work.nbytes()) std::memcpy(ptrs[root], in.work.data_ptr(), in.work.nbytes());
-    ringzip::gather(c, in.work.data_ptr(), in.work.nbytes(), ptrs, root);
-    for (const auto& o : outs) o.finish();
-  }, 1, FpExtra{&inputs[0]});  // non-roots have no outputs: compare the input
+  return enqueue(
+      c10d::OpType::GATHER, "gather", result, opts,
+      [in, outs, root](Comm& c) {
+        std::vector<void*> ptrs;
+        for (const auto& o : outs) ptrs.push_back(o.work.data_ptr());
+        if (c.rank() == root && in.work.nbytes()) std::memcpy(ptrs[root], in.work.data_ptr(), in.work.nbytes());
+        ringzip::gather(c, in.work.data_ptr(), in.work.nbytes(), ptrs, root);
+        for (const auto& o : outs) o.finish();
+      },
+      1, FpExtra{&inputs[0]});  // non-roots have no outputs: compare the input
 }
 
 c10::intrusive_ptr<c10d::Work> RingzipBackend::scatter(std::vector<at::Tensor>& outputs,
@@ -45,12 +48,12 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::scatter(std::vector<at::Tensor>& 
   std::vector<Staged> ins;
   if (rank_ == root) {
     RZ_CHECK_VALUE(inputs.size() == 1, "scatter: the root takes one input list, got ", inputs.size());
-    RZ_CHECK_VALUE(inputs[0].size() == static_cast<size_t>(size_), "scatter: input list has ",
-                   inputs[0].size(), " tensors, expected ", size_, " (one per rank)");
+    RZ_CHECK_VALUE(inputs[0].size() == static_cast<size_t>(size_), "scatter: input list has ", inputs[0].size(),
+                   " tensors, expected ", size_, " (one per rank)");
     for (const auto& t : inputs[0]) check_same(t, outputs[0], "scatter", "an input tensor");
   } else {
-    RZ_CHECK_VALUE(inputs.empty() || (inputs.size() == 1 && inputs[0].empty()),
-                   "scatter: only the root (rank ", root, ") takes an input list");
+    RZ_CHECK_VALUE(inputs.empty() || (inputs.size() == 1 && inputs[0].empty()), "scatter: only the root (rank ", root,
+                   ") takes an input list");
   }
 #ifdef RINGZIP_WITH_CUDA
   if (use_cuda(outputs[0]))
@@ -71,8 +74,7 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::scatter(std::vector<at::Tensor>& 
 namespace {
 
 // Byte counts of the dim-0 blocks of `t` given split sizes (empty: equal blocks).
-std::vector<size_t> split_bytes(const at::Tensor& t, const std::vector<int64_t>& splits, int world,
-                                const char* what) {
+std::vector<size_t> split_bytes(const at::Tensor& t, const std::vector<int64_t>& splits, int world, const char* what) {
   const int64_t rows = t.dim() == 0 ? 1 : t.size(0);
   const size_t row_bytes = rows == 0 ? 0 : t.nbytes() / rows;
   std::vector<size_t> bytes(world);
@@ -108,45 +110,46 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::alltoall_base(at::Tensor& output,
                                                              const c10d::AllToAllOptions& opts) {
   check_single({input}, "alltoall_base");
   check_device(output, input, "alltoall_base", "output");
-  RZ_CHECK_TYPE(output.scalar_type() == input.scalar_type(), "alltoall_base: output dtype ",
-                output.scalar_type(), " differs from input dtype ", input.scalar_type());
+  RZ_CHECK_TYPE(output.scalar_type() == input.scalar_type(), "alltoall_base: output dtype ", output.scalar_type(),
+                " differs from input dtype ", input.scalar_type());
   auto sb = split_bytes(input, input_splits, size_, "input");
   auto rb = split_bytes(output, output_splits, size_, "output");
-  RZ_CHECK_VALUE(sb[rank_] == rb[rank_], "alltoall_base: this rank sends itself ", sb[rank_],
-                 " bytes but expects ", rb[rank_]);
+  RZ_CHECK_VALUE(sb[rank_] == rb[rank_], "alltoall_base: this rank sends itself ", sb[rank_], " bytes but expects ",
+                 rb[rank_]);
 #ifdef RINGZIP_WITH_CUDA
   if (use_cuda(input)) return cuda_alltoall_base(output, input, sb, rb, opts);
 #endif
   auto in = input.to(at::kCPU, false, /*copy=*/true).contiguous();
   auto out = Staged::out(output);
-  return enqueue(c10d::OpType::ALLTOALL_BASE, "alltoall_base", {output}, opts,
-                 [in, out, sb, rb](Comm& c) {
-                   auto so = offsets_of(sb), ro = offsets_of(rb);
-                   std::vector<const void*> sp;
-                   std::vector<void*> rp;
-                   for (int i = 0; i < c.size(); ++i) {
-                     sp.push_back(static_cast<const char*>(in.data_ptr()) + so[i]);
-                     rp.push_back(static_cast<char*>(out.work.data_ptr()) + ro[i]);
-                   }
-                   ringzip::alltoall(c, sp, sb, rp, rb);
-                   out.finish();
-                 }, 1, FpExtra{nullptr, true});  // splits differ by rank
+  return enqueue(
+      c10d::OpType::ALLTOALL_BASE, "alltoall_base", {output}, opts,
+      [in, out, sb, rb](Comm& c) {
+        auto so = offsets_of(sb), ro = offsets_of(rb);
+        std::vector<const void*> sp;
+        std::vector<void*> rp;
+        for (int i = 0; i < c.size(); ++i) {
+          sp.push_back(static_cast<const char*>(in.data_ptr()) + so[i]);
+          rp.push_back(static_cast<char*>(out.work.data_ptr()) + ro[i]);
+        }
+        ringzip::alltoall(c, sp, sb, rp, rb);
+        out.finish();
+      },
+      1, FpExtra{nullptr, true});  // splits differ by rank
 }
 
 c10::intrusive_ptr<c10d::Work> RingzipBackend::alltoall(std::vector<at::Tensor>& outputs,
                                                         std::vector<at::Tensor>& inputs,
                                                         const c10d::AllToAllOptions& opts) {
-  RZ_CHECK_VALUE(inputs.size() == static_cast<size_t>(size_) && outputs.size() == inputs.size(),
-                 "alltoall: expected ", size_, " input and output tensors, got ", inputs.size(), " and ",
-                 outputs.size());
+  RZ_CHECK_VALUE(inputs.size() == static_cast<size_t>(size_) && outputs.size() == inputs.size(), "alltoall: expected ",
+                 size_, " input and output tensors, got ", inputs.size(), " and ", outputs.size());
   std::vector<Staged> ins, outs;
   for (int i = 0; i < size_; ++i) {
     check_single({inputs[i]}, "alltoall");
     check_device(outputs[i], inputs[0], "alltoall", "an output tensor");
     check_device(inputs[i], inputs[0], "alltoall", "an input tensor");
-    RZ_CHECK_TYPE(inputs[i].scalar_type() == inputs[0].scalar_type() &&
-                      outputs[i].scalar_type() == inputs[0].scalar_type(),
-                  "alltoall: all tensors must have one dtype");
+    RZ_CHECK_TYPE(
+        inputs[i].scalar_type() == inputs[0].scalar_type() && outputs[i].scalar_type() == inputs[0].scalar_type(),
+        "alltoall: all tensors must have one dtype");
   }
   RZ_CHECK_VALUE(inputs[rank_].numel() == outputs[rank_].numel(), "alltoall: this rank's own input has ",
                  inputs[rank_].numel(), " elements but its output slot has ", outputs[rank_].numel());
@@ -157,19 +160,22 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::alltoall(std::vector<at::Tensor>&
     ins.push_back(Staged::in(inputs[i]));
     outs.push_back(Staged::out(outputs[i]));
   }
-  return enqueue(c10d::OpType::ALLTOALL, "alltoall", outputs, opts, [ins, outs](Comm& c) {
-    std::vector<const void*> sp;
-    std::vector<void*> rp;
-    std::vector<size_t> sb, rb;
-    for (int i = 0; i < c.size(); ++i) {
-      sp.push_back(ins[i].work.data_ptr());
-      sb.push_back(ins[i].work.nbytes());
-      rp.push_back(outs[i].work.data_ptr());
-      rb.push_back(outs[i].work.nbytes());
-    }
-    ringzip::alltoall(c, sp, sb, rp, rb);
-    for (const auto& o : outs) o.finish();
-  }, 1, FpExtra{nullptr, true});  // sizes may differ by rank
+  return enqueue(
+      c10d::OpType::ALLTOALL, "alltoall", outputs, opts,
+      [ins, outs](Comm& c) {
+        std::vector<const void*> sp;
+        std::vector<void*> rp;
+        std::vector<size_t> sb, rb;
+        for (int i = 0; i < c.size(); ++i) {
+          sp.push_back(ins[i].work.data_ptr());
+          sb.push_back(ins[i].work.nbytes());
+          rp.push_back(outs[i].work.data_ptr());
+          rb.push_back(outs[i].work.nbytes());
+        }
+        ringzip::alltoall(c, sp, sb, rp, rb);
+        for (const auto& o : outs) o.finish();
+      },
+      1, FpExtra{nullptr, true});  // sizes may differ by rank
 }
 
 }  // namespace ringzip

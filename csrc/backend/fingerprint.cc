@@ -33,9 +33,7 @@ std::string dtype_name(uint8_t t) {
   return c10::toString(static_cast<at::ScalarType>(t));
 }
 
-std::string codec_of(const Fingerprint& f) {
-  return std::string(f.codec, strnlen(f.codec, sizeof(f.codec)));
-}
+std::string codec_of(const Fingerprint& f) { return std::string(f.codec, strnlen(f.codec, sizeof(f.codec))); }
 
 // The first field in which a and b differ, for the error message.
 const char* first_difference(const Fingerprint& a, const Fingerprint& b) {
@@ -66,9 +64,7 @@ CheckMode parse_check(const std::string& s) {
   RZ_CHECK_VALUE(false, "unknown check mode '", s, "' (expected on, auto or off)");
 }
 
-const char* check_name(CheckMode m) {
-  return m == CheckMode::On ? "on" : m == CheckMode::Off ? "off" : "auto";
-}
+const char* check_name(CheckMode m) { return m == CheckMode::On ? "on" : m == CheckMode::Off ? "off" : "auto"; }
 
 uint32_t Fingerprint::tag_key() const {
   Fingerprint f = *this;
@@ -112,8 +108,8 @@ std::string Fingerprint::describe() const {
   return o.str();
 }
 
-std::string mismatch_message(const std::vector<const Fingerprint*>& by_rank, int detected_on,
-                             const std::string& group, bool group_survives, bool* desync, bool keyed_tags) {
+std::string mismatch_message(const std::vector<const Fingerprint*>& by_rank, int detected_on, const std::string& group,
+                             bool group_survives, bool* desync, bool keyed_tags) {
   const int n = static_cast<int>(by_rank.size());
   int a = 0;
   while (a < n && !by_rank[a]) ++a;
@@ -126,12 +122,13 @@ std::string mismatch_message(const std::vector<const Fingerprint*>& by_rank, int
     const bool diverged = x.nseq != y.nseq || x.seq != y.seq || x.magic != y.magic;
     if (desync) *desync = diverged;
     std::ostringstream o;
-    o << "ringzip: mismatched collective calls in group '" << group << "' (detected on rank " << detected_on
-      << " of " << n << "): rank " << a << " called " << x.describe() << " but rank " << b << " called "
-      << y.describe() << "; they differ in " << what;
+    o << "ringzip: mismatched collective calls in group '" << group << "' (detected on rank " << detected_on << " of "
+      << n << "): rank " << a << " called " << x.describe() << " but rank " << b << " called " << y.describe()
+      << "; they differ in " << what;
     if (group_survives) {
       o << ". No data was exchanged"
-        << (diverged ? "; the ranks' call sequences diverged, so the group is now unusable" : "; the group stays usable");
+        << (diverged ? "; the ranks' call sequences diverged, so the group is now unusable"
+                     : "; the group stays usable");
     } else if (keyed_tags) {
       o << ". No data was exchanged (the calls' tags differ); the group is now unusable (check=\"on\" finds "
            "mismatches before the call and keeps it usable)";
@@ -155,7 +152,8 @@ MismatchInfo exchange_fingerprints(Comm& c, const Fingerprint& mine, const std::
   std::vector<Fingerprint> all(n);
   all[r] = mine;
   // Plain tags: the records must meet even when the calls' tag keys differ.
-  const uint32_t gather = Comm::plain_tag(c.seq, kFingerprintStep), result = Comm::plain_tag(c.seq, kFingerprintStep + 1);
+  const uint32_t gather = Comm::plain_tag(c.seq, kFingerprintStep),
+                 result = Comm::plain_tag(c.seq, kFingerprintStep + 1);
   if (r == 0) {
     std::vector<std::unique_ptr<Request>> q;
     std::vector<int> peers;

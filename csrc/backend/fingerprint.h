@@ -31,14 +31,14 @@ struct Fingerprint {
   uint8_t dtype = 0xFF;         // at::ScalarType of the data; 0xFF: none
   uint8_t op = 0xFF;            // c10d::ReduceOp::RedOpType; 0xFF: none
   int32_t root = -1;
-  uint32_t nseq = 1;            // sequence numbers the call takes (coalesced calls: one per item)
+  uint32_t nseq = 1;  // sequence numbers the call takes (coalesced calls: one per item)
   uint64_t seq = 0;
-  int64_t numel = -1;           // elements per rank; -1: not compared (all-to-all splits)
-  uint64_t shapes = 0;          // hash of every tensor's element count and dtype, in order
-  uint8_t algo = 0;             // dense all-reduce algorithm setting
+  int64_t numel = -1;   // elements per rank; -1: not compared (all-to-all splits)
+  uint64_t shapes = 0;  // hash of every tensor's element count and dtype, in order
+  uint8_t algo = 0;     // dense all-reduce algorithm setting
   uint8_t reserved[3] = {};
-  uint32_t codec_hash = 0;      // bucket size, rounding, seed, compressed algorithm
-  char codec[16] = {};          // codec name; empty: exact
+  uint32_t codec_hash = 0;  // bucket size, rounding, seed, compressed algorithm
+  char codec[16] = {};      // codec name; empty: exact
 
   // Fills dtype, numel and shapes from `tensors` (numel: their total element count).
   void set_tensors(const std::vector<at::Tensor>& tensors);
@@ -71,9 +71,8 @@ struct MismatchInfo {
 // the known records agree. `desync` reports a divergence of the ranks' call sequences.
 // `keyed_tags`: the calls' messages carried tag keys (host transports), so none were exchanged;
 // false for calls on the NCCL transport, which matches messages by order.
-std::string mismatch_message(const std::vector<const Fingerprint*>& by_rank, int detected_on,
-                             const std::string& group, bool group_survives, bool* desync = nullptr,
-                             bool keyed_tags = true);
+std::string mismatch_message(const std::vector<const Fingerprint*>& by_rank, int detected_on, const std::string& group,
+                             bool group_survives, bool* desync = nullptr, bool keyed_tags = true);
 
 // Exchanges fingerprints over the group (rank 0 gathers the records and sends all of them
 // back: two rounds) and compares them. Transport failures throw like any collective step.

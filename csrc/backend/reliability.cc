@@ -22,13 +22,14 @@ std::string message_of(std::exception_ptr e) {
 
 }  // namespace
 
-Fingerprint RingzipBackend::fingerprint(c10d::OpType type, const std::vector<at::Tensor>& outputs,
-                                        uint32_t nseq, const FpExtra& extra) const {
+Fingerprint RingzipBackend::fingerprint(c10d::OpType type, const std::vector<at::Tensor>& outputs, uint32_t nseq,
+                                        const FpExtra& extra) const {
   Fingerprint fp;
   fp.type = static_cast<uint16_t>(type);
   fp.nseq = nseq;
   // Ranks that disagree on the algorithm or hierarchy would run different schedules.
-  fp.algo = static_cast<uint8_t>(static_cast<uint8_t>(planner_.algorithm()) | static_cast<uint8_t>(planner_.hierarchy()) << 4);
+  fp.algo = static_cast<uint8_t>(static_cast<uint8_t>(planner_.algorithm()) | static_cast<uint8_t>(planner_.hierarchy())
+                                                                                  << 4);
   if (extra.sized_by) {
     fp.set_tensors({*extra.sized_by});
   } else {

@@ -56,12 +56,11 @@ at::Tensor sparse_allreduce_host(Comm& c, const at::Tensor& coalesced) {
   for (int j = 1; j < n; ++j) {
     const int64_t* a = all;
     const int64_t* b = all + static_cast<int64_t>(j) * kHeader;
-    const bool same_layout = a[kSparseDim] == b[kSparseDim] && a[kDenseDim] == b[kDenseDim] &&
-                             a[kDims] == b[kDims] && a[kDtype] == b[kDtype];
+    const bool same_layout = a[kSparseDim] == b[kSparseDim] && a[kDenseDim] == b[kDenseDim] && a[kDims] == b[kDims] &&
+                             a[kDtype] == b[kDtype];
     RZ_CHECK_VALUE(same_layout && a[kSizesHash] == b[kSizesHash], c.op,
-                   ": the ranks' sparse tensors differ: rank 0 has ", describe(a), ", rank ", j, " has ",
-                   describe(b), same_layout ? " and different sizes" : "", " (this rank's sizes: ", in.sizes(),
-                   ")");
+                   ": the ranks' sparse tensors differ: rank 0 has ", describe(a), ", rank ", j, " has ", describe(b),
+                   same_layout ? " and different sizes" : "", " (this rank's sizes: ", in.sizes(), ")");
   }
 
   const int64_t sparse_dim = in.sparse_dim();
@@ -89,8 +88,7 @@ at::Tensor sparse_allreduce_host(Comm& c, const at::Tensor& coalesced) {
     std::vector<int64_t> vshape{nnz[j]};
     vshape.insert(vshape.end(), value_shape.begin(), value_shape.end());
     return at::sparse_coo_tensor(indices.narrow(0, idx_off[j], idx_counts[j]).reshape({sparse_dim, nnz[j]}),
-                                 values.narrow(0, val_off[j], val_counts[j]).reshape(vshape), in.sizes(),
-                                 in.options());
+                                 values.narrow(0, val_off[j], val_counts[j]).reshape(vshape), in.sizes(), in.options());
   };
   at::Tensor out = part(0);
   for (int j = 1; j < n; ++j) out += part(j);

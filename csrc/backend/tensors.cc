@@ -35,7 +35,7 @@ Reduction to_reduction(const c10d::ReduceOp& op, DType t, int world, const char*
     case c10d::ReduceOp::PREMUL_SUM: {
       RZ_CHECK_TYPE(fp, name, " with PREMUL_SUM needs a floating dtype, got ", dtype_name(t));
       auto* sup = dynamic_cast<c10d::NCCLPreMulSumSupplement*>  // the name torch 2.11 .. 2.14 all have
-                 (op.supplement_.get());
+          (op.supplement_.get());
       RZ_CHECK_VALUE(sup != nullptr, name, ": PREMUL_SUM without a factor");
       double f = sup->tensor_factor.defined() ? sup->tensor_factor.item<double>() : sup->double_factor;
       return {RedOp::Sum, f, 1.0};
@@ -43,19 +43,13 @@ Reduction to_reduction(const c10d::ReduceOp& op, DType t, int world, const char*
     case c10d::ReduceOp::BAND:
     case c10d::ReduceOp::BOR:
     case c10d::ReduceOp::BXOR:
-      RZ_CHECK_TYPE(integral, name, " with bitwise ReduceOp needs an integer or bool dtype, got ",
-                    dtype_name(t));
-      return {op.op_ == c10d::ReduceOp::BAND  ? RedOp::BAnd
-              : op.op_ == c10d::ReduceOp::BOR ? RedOp::BOr
-                                              : RedOp::BXor};
-    default:
-      RZ_CHECK_VALUE(false, name, " does not support reduce op ", static_cast<int>(op.op_));
+      RZ_CHECK_TYPE(integral, name, " with bitwise ReduceOp needs an integer or bool dtype, got ", dtype_name(t));
+      return {op.op_ == c10d::ReduceOp::BAND ? RedOp::BAnd : op.op_ == c10d::ReduceOp::BOR ? RedOp::BOr : RedOp::BXor};
+    default: RZ_CHECK_VALUE(false, name, " does not support reduce op ", static_cast<int>(op.op_));
   }
 }
 
-static bool usable_in_place(const at::Tensor& t) {
-  return t.device().is_cpu() && t.is_contiguous();
-}
+static bool usable_in_place(const at::Tensor& t) { return t.device().is_cpu() && t.is_contiguous(); }
 
 Staged Staged::in(const at::Tensor& t) {
   if (usable_in_place(t)) return {t, t};
@@ -81,23 +75,23 @@ void check_single(const std::vector<at::Tensor>& ts, const char* op) {
   RZ_CHECK_VALUE(ts.size() == 1, op, " takes exactly one tensor per process, got ", ts.size());
   const auto& t = ts[0];
   RZ_CHECK_VALUE(t.defined(), op, ": tensor is undefined");
-  RZ_CHECK_TYPE(t.device().is_cpu() || t.device().is_cuda(), op,
-                ": tensors must be on cpu or cuda, got ", t.device());
-  RZ_CHECK_TYPE(t.layout() == at::kStrided, op, ": sparse tensors are not supported (only all_reduce with SUM takes sparse COO tensors)");
+  RZ_CHECK_TYPE(t.device().is_cpu() || t.device().is_cuda(), op, ": tensors must be on cpu or cuda, got ", t.device());
+  RZ_CHECK_TYPE(t.layout() == at::kStrided, op,
+                ": sparse tensors are not supported (only all_reduce with SUM takes sparse COO tensors)");
   to_dtype(t.scalar_type(), op);
 }
 
 void check_device(const at::Tensor& t, const at::Tensor& like, const char* op, const char* what) {
-  RZ_CHECK_TYPE(t.device() == like.device(), op, ": ", what, " is on ", t.device(),
-                " but the input is on ", like.device());
+  RZ_CHECK_TYPE(t.device() == like.device(), op, ": ", what, " is on ", t.device(), " but the input is on ",
+                like.device());
 }
 
 void check_same(const at::Tensor& t, const at::Tensor& like, const char* op, const char* what) {
   check_device(t, like, op, what);
-  RZ_CHECK_TYPE(t.scalar_type() == like.scalar_type(), op, ": ", what, " has dtype ",
-                t.scalar_type(), " but the input has ", like.scalar_type());
-  RZ_CHECK_VALUE(t.numel() == like.numel(), op, ": ", what, " has ", t.numel(),
-                 " elements but the input has ", like.numel());
+  RZ_CHECK_TYPE(t.scalar_type() == like.scalar_type(), op, ": ", what, " has dtype ", t.scalar_type(),
+                " but the input has ", like.scalar_type());
+  RZ_CHECK_VALUE(t.numel() == like.numel(), op, ": ", what, " has ", t.numel(), " elements but the input has ",
+                 like.numel());
 }
 
 void check_rank(int64_t r, int world, const char* op, const char* what) {

@@ -6,8 +6,8 @@
 
 namespace ringzip {
 
-CollectiveWork::CollectiveWork(int rank, c10d::OpType type, std::string name,
-                               std::vector<at::Tensor> outputs, std::chrono::milliseconds timeout)
+CollectiveWork::CollectiveWork(int rank, c10d::OpType type, std::string name, std::vector<at::Tensor> outputs,
+                               std::chrono::milliseconds timeout)
     : c10d::Work(rank, type),
       name_(std::move(name)),
       outputs_(std::move(outputs)),
@@ -38,16 +38,15 @@ bool CollectiveWork::wait(std::chrono::milliseconds timeout) {
   if (timeout == kNoTimeout) {
     cv_.wait(lock, [&] { return completed_; });
   } else if (!cv_.wait_for(lock, timeout, [&] { return completed_; })) {
-    TORCH_CHECK_WITH(DistBackendError, false, "ringzip: wait() on ", name_, " (seq ", seq_.load(),
-                     ") timed out after ", timeout.count(), " ms");
+    TORCH_CHECK_WITH(DistBackendError, false, "ringzip: wait() on ", name_, " (seq ", seq_.load(), ") timed out after ",
+                     timeout.count(), " ms");
   }
   if (exception_) std::rethrow_exception(exception_);
   return true;
 }
 
-P2PWork::P2PWork(int rank, c10d::OpType type, std::unique_ptr<Request> req,
-                 std::vector<at::Tensor> keep, std::function<void()> on_done,
-                 std::chrono::milliseconds timeout)
+P2PWork::P2PWork(int rank, c10d::OpType type, std::unique_ptr<Request> req, std::vector<at::Tensor> keep,
+                 std::function<void()> on_done, std::chrono::milliseconds timeout)
     : c10d::Work(rank, type),
       req_(std::move(req)),
       keep_(std::move(keep)),
@@ -66,8 +65,8 @@ bool P2PWork::wait(std::chrono::milliseconds timeout) {
     if (on_done_) on_done_();
   } catch (const std::exception& e) {
     try {
-      TORCH_CHECK_WITH(DistBackendError, false, "ringzip: point-to-point ",
-                       c10d::opTypeToString(opType_), " failed: ", e.what());
+      TORCH_CHECK_WITH(DistBackendError, false, "ringzip: point-to-point ", c10d::opTypeToString(opType_),
+                       " failed: ", e.what());
     } catch (...) {
       exception_ = std::current_exception();
     }

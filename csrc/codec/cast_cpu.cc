@@ -83,8 +83,7 @@ void cast_encode(const Spec& sp, InType t, const void* x, int64_t n, uint8_t* ou
     case Kind::Bf16:
       if (t == InType::BF16) return (void)std::memcpy(out, x, 2 * n);
       return cast16(t, x, n, out, true);
-    default:
-      fail("cast_encode: not a cast codec");
+    default: fail("cast_encode: not a cast codec");
   }
 }
 
@@ -101,12 +100,9 @@ void cast_decode(const Spec& sp, const uint8_t* in, int64_t n, float* out, bool 
         }
       }
       return;
-    case Kind::Fp16:
-      return uncast16(in, n, out, acc, false);
-    case Kind::Bf16:
-      return uncast16(in, n, out, acc, true);
-    default:
-      fail("cast_decode: not a cast codec");
+    case Kind::Fp16: return uncast16(in, n, out, acc, false);
+    case Kind::Bf16: return uncast16(in, n, out, acc, true);
+    default: fail("cast_decode: not a cast codec");
   }
 }
 

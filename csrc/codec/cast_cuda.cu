@@ -36,7 +36,8 @@ __device__ __forceinline__ void load4(const void* x, int64_t e, int64_t n, bool 
 // out (bytes) = float32 of x.
 template <InType T>
 __global__ void widen_kernel(const void* x, int64_t n, uint8_t* out, bool vec) {
-  for (int64_t e = 4 * ((int64_t)blockIdx.x * blockDim.x + threadIdx.x); e < n; e += 4 * (int64_t)gridDim.x * blockDim.x) {
+  for (int64_t e = 4 * ((int64_t)blockIdx.x * blockDim.x + threadIdx.x); e < n;
+       e += 4 * (int64_t)gridDim.x * blockDim.x) {
     float v[4];
     load4<T>(x, e, n, vec, v);
     uint8_t* o = out + 4 * e;
@@ -51,7 +52,8 @@ __global__ void widen_kernel(const void* x, int64_t n, uint8_t* out, bool vec) {
 // out (bytes) = 16-bit encoding of x.
 template <InType T, bool ToF16>
 __global__ void narrow_kernel(const void* x, int64_t n, uint8_t* out, bool vec) {
-  for (int64_t e = 4 * ((int64_t)blockIdx.x * blockDim.x + threadIdx.x); e < n; e += 4 * (int64_t)gridDim.x * blockDim.x) {
+  for (int64_t e = 4 * ((int64_t)blockIdx.x * blockDim.x + threadIdx.x); e < n;
+       e += 4 * (int64_t)gridDim.x * blockDim.x) {
     float v[4];
     load4<T>(x, e, n, vec, v);
     uint16_t h[4];
@@ -92,7 +94,8 @@ __device__ __forceinline__ void decode4(const uint8_t* in, int64_t e, int64_t n,
 // out = / += decode of a none/fp16/bf16 payload; Res: out = x - decode (error feedback).
 template <Kind K, bool Acc, bool Res = false>
 __global__ void uncast_kernel(const uint8_t* in, int64_t n, float* out, bool vec, const float* x = nullptr) {
-  for (int64_t e = 4 * ((int64_t)blockIdx.x * blockDim.x + threadIdx.x); e < n; e += 4 * (int64_t)gridDim.x * blockDim.x) {
+  for (int64_t e = 4 * ((int64_t)blockIdx.x * blockDim.x + threadIdx.x); e < n;
+       e += 4 * (int64_t)gridDim.x * blockDim.x) {
     float v[4];
     const bool full = vec && e + 4 <= n;
     decode4<K>(in, e, n, full, v);
@@ -100,7 +103,8 @@ __global__ void uncast_kernel(const uint8_t* in, int64_t n, float* out, bool vec
     if constexpr (Res) {
       if (full) {
         float4 a = *reinterpret_cast<const float4*>(x + e);
-        *reinterpret_cast<float4*>(o) = make_float4(rz_sub(a.x, v[0]), rz_sub(a.y, v[1]), rz_sub(a.z, v[2]), rz_sub(a.w, v[3]));
+        *reinterpret_cast<float4*>(o) =
+            make_float4(rz_sub(a.x, v[0]), rz_sub(a.y, v[1]), rz_sub(a.z, v[2]), rz_sub(a.w, v[3]));
       } else {
         for (int i = 0; i < 4 && e + i < n; ++i) o[i] = rz_sub(x[e + i], v[i]);
       }
@@ -125,7 +129,8 @@ unsigned blocks(int64_t n) { return grid_for((n + 3) / 4, kThreads, 1 << 15); }
 // computes the same sum, local + value, then encodes it).
 template <Kind K>
 __global__ void dae_kernel(const uint8_t* in, const float* local, int64_t n, uint8_t* out, bool vec) {
-  for (int64_t e = 4 * ((int64_t)blockIdx.x * blockDim.x + threadIdx.x); e < n; e += 4 * (int64_t)gridDim.x * blockDim.x) {
+  for (int64_t e = 4 * ((int64_t)blockIdx.x * blockDim.x + threadIdx.x); e < n;
+       e += 4 * (int64_t)gridDim.x * blockDim.x) {
     float v[4], l[4];
     const bool full = vec && e + 4 <= n;
     decode4<K>(in, e, n, full, v);

@@ -20,9 +20,7 @@ void fail(const std::string& msg) { throw std::runtime_error("ringzip codec: " +
 
 void load_f32(InType t, const void* x, int64_t begin, int64_t count, float* out) {
   switch (t) {
-    case InType::F32:
-      std::memcpy(out, static_cast<const float*>(x) + begin, sizeof(float) * count);
-      return;
+    case InType::F32: std::memcpy(out, static_cast<const float*>(x) + begin, sizeof(float) * count); return;
     case InType::F16: {
       const uint16_t* p = static_cast<const uint16_t*>(x) + begin;
       for (int64_t i = 0; i < count; ++i) out[i] = f16_bits_to_f32(p[i]);
@@ -56,8 +54,8 @@ void check_n(int64_t n) {
 void check_bytes(const Spec& spec, size_t in_bytes, int64_t n) {
   size_t want = encoded_bytes(spec, n);
   if (in_bytes != want)
-    detail::fail(name(spec) + " payload of " + std::to_string(in_bytes) + " bytes for " +
-                 std::to_string(n) + " elements; expected " + std::to_string(want));
+    detail::fail(name(spec) + " payload of " + std::to_string(in_bytes) + " bytes for " + std::to_string(n) +
+                 " elements; expected " + std::to_string(want));
 }
 
 // Dense float32 copy of a caller buffer (for codecs that work on float32 only).
@@ -81,16 +79,26 @@ Spec parse(const std::string& s, int64_t bucket, bool stochastic) {
     arg = s.substr(c + 1);
     has_arg = true;
   }
-  if (head == "none") sp.kind = Kind::None, sp.bits = 32;
-  else if (head == "fp16") sp.kind = Kind::Fp16, sp.bits = 16;
-  else if (head == "bf16") sp.kind = Kind::Bf16, sp.bits = 16;
-  else if (head == "q8") sp.kind = Kind::Q8, sp.bits = 8;
-  else if (head == "q4") sp.kind = Kind::Q4, sp.bits = 4;
-  else if (head == "q2") sp.kind = Kind::Q2, sp.bits = 2;
-  else if (head == "q1") sp.kind = Kind::Q1, sp.bits = 1;
-  else if (head == "topk") sp.kind = Kind::TopK, sp.bits = 64;
-  else if (head == "randomk") sp.kind = Kind::RandomK, sp.bits = 32;
-  else bad_spec(s, "unknown codec '" + head + "'");
+  if (head == "none")
+    sp.kind = Kind::None, sp.bits = 32;
+  else if (head == "fp16")
+    sp.kind = Kind::Fp16, sp.bits = 16;
+  else if (head == "bf16")
+    sp.kind = Kind::Bf16, sp.bits = 16;
+  else if (head == "q8")
+    sp.kind = Kind::Q8, sp.bits = 8;
+  else if (head == "q4")
+    sp.kind = Kind::Q4, sp.bits = 4;
+  else if (head == "q2")
+    sp.kind = Kind::Q2, sp.bits = 2;
+  else if (head == "q1")
+    sp.kind = Kind::Q1, sp.bits = 1;
+  else if (head == "topk")
+    sp.kind = Kind::TopK, sp.bits = 64;
+  else if (head == "randomk")
+    sp.kind = Kind::RandomK, sp.bits = 32;
+  else
+    bad_spec(s, "unknown codec '" + head + "'");
   if (is_sparse(sp.kind)) {
     if (!has_arg || arg.empty()) bad_spec(s, "missing ratio");
     char* end = nullptr;
@@ -129,8 +137,12 @@ std::string name(const Spec& sp) {
 
 bool biased(const Spec& sp) {
   switch (sp.kind) {
-    case Kind::TopK: case Kind::Q1: case Kind::RandomK: return true;  // randomk: E = (k/n) x
-    case Kind::Q8: case Kind::Q4: case Kind::Q2: return !sp.stochastic;
+    case Kind::TopK:
+    case Kind::Q1:
+    case Kind::RandomK: return true;  // randomk: E = (k/n) x
+    case Kind::Q8:
+    case Kind::Q4:
+    case Kind::Q2: return !sp.stochastic;
     default: return false;  // none exact; casts are deterministic RNE (error, no bias by design)
   }
 }
@@ -148,8 +160,12 @@ size_t encoded_bytes(const Spec& sp, int64_t n) {
   size_t un = (size_t)n;
   switch (sp.kind) {
     case Kind::None: return 4 * un;
-    case Kind::Fp16: case Kind::Bf16: return 2 * un;
-    case Kind::Q8: case Kind::Q4: case Kind::Q2: case Kind::Q1: {
+    case Kind::Fp16:
+    case Kind::Bf16: return 2 * un;
+    case Kind::Q8:
+    case Kind::Q4:
+    case Kind::Q2:
+    case Kind::Q1: {
       size_t nb = (un + sp.bucket - 1) / sp.bucket;
       return 4 * nb + (un * sp.bits + 7) / 8;
     }
@@ -159,47 +175,47 @@ size_t encoded_bytes(const Spec& sp, int64_t n) {
   return 0;
 }
 
-void encode(const Spec& sp, InType t, const void* x, int64_t n, int64_t off, const RngKey& key,
-            uint8_t* out) {
+void encode(const Spec& sp, InType t, const void* x, int64_t n, int64_t off, const RngKey& key, uint8_t* out) {
   check_n(n);
   if (n == 0 && !is_sparse(sp.kind)) return;
   std::vector<float> tmp;
   switch (sp.kind) {
-    case Kind::None: case Kind::Fp16: case Kind::Bf16:
-      return detail::cast_encode(sp, t, x, n, out);
-    case Kind::Q8: case Kind::Q4: case Kind::Q2: case Kind::Q1:
-      return detail::quant_encode(sp, t, x, n, off, key, out);
-    case Kind::TopK:
-      return detail::topk_encode(sp, as_f32(t, x, n, tmp), n, out);
-    case Kind::RandomK:
-      return detail::randomk_encode(sp, as_f32(t, x, n, tmp), n, off, key, out);
+    case Kind::None:
+    case Kind::Fp16:
+    case Kind::Bf16: return detail::cast_encode(sp, t, x, n, out);
+    case Kind::Q8:
+    case Kind::Q4:
+    case Kind::Q2:
+    case Kind::Q1: return detail::quant_encode(sp, t, x, n, off, key, out);
+    case Kind::TopK: return detail::topk_encode(sp, as_f32(t, x, n, tmp), n, out);
+    case Kind::RandomK: return detail::randomk_encode(sp, as_f32(t, x, n, tmp), n, off, key, out);
   }
 }
 
-static void decode_impl(const Spec& sp, const uint8_t* in, size_t in_bytes, int64_t n, int64_t off,
-                        const RngKey& key, float* out, bool acc) {
+static void decode_impl(const Spec& sp, const uint8_t* in, size_t in_bytes, int64_t n, int64_t off, const RngKey& key,
+                        float* out, bool acc) {
   check_n(n);
   check_bytes(sp, in_bytes, n);
   if (n == 0) return;
   switch (sp.kind) {
-    case Kind::None: case Kind::Fp16: case Kind::Bf16:
-      return detail::cast_decode(sp, in, n, out, acc);
-    case Kind::Q8: case Kind::Q4: case Kind::Q2: case Kind::Q1:
-      return detail::quant_decode(sp, in, n, out, acc);
-    case Kind::TopK:
-      return detail::topk_decode(sp, in, n, out, acc);
-    case Kind::RandomK:
-      return detail::randomk_decode(sp, in, n, off, key, out, acc);
+    case Kind::None:
+    case Kind::Fp16:
+    case Kind::Bf16: return detail::cast_decode(sp, in, n, out, acc);
+    case Kind::Q8:
+    case Kind::Q4:
+    case Kind::Q2:
+    case Kind::Q1: return detail::quant_decode(sp, in, n, out, acc);
+    case Kind::TopK: return detail::topk_decode(sp, in, n, out, acc);
+    case Kind::RandomK: return detail::randomk_decode(sp, in, n, off, key, out, acc);
   }
 }
 
-void decode(const Spec& sp, const uint8_t* in, size_t in_bytes, int64_t n, int64_t off,
-            const RngKey& key, float* out) {
+void decode(const Spec& sp, const uint8_t* in, size_t in_bytes, int64_t n, int64_t off, const RngKey& key, float* out) {
   decode_impl(sp, in, in_bytes, n, off, key, out, false);
 }
 
-void decode_accumulate(const Spec& sp, const uint8_t* in, size_t in_bytes, int64_t n, int64_t off,
-                       const RngKey& key, float* acc) {
+void decode_accumulate(const Spec& sp, const uint8_t* in, size_t in_bytes, int64_t n, int64_t off, const RngKey& key,
+                       float* acc) {
   decode_impl(sp, in, in_bytes, n, off, key, acc, true);
 }
 
@@ -239,22 +255,20 @@ bool topk_feedback(const Spec& sp, float* x, float* r, int64_t n, uint8_t* out) 
   return detail::topk_feedback(sp, x, r, n, out);
 }
 
-bool reduce_encode(const Spec& sp, const uint8_t* const* in, size_t in_bytes, int m, float* acc, int64_t n,
-                   int64_t off, const RngKey& key, uint8_t* out, float* r) {
+bool reduce_encode(const Spec& sp, const uint8_t* const* in, size_t in_bytes, int m, float* acc, int64_t n, int64_t off,
+                   const RngKey& key, uint8_t* out, float* r) {
   check_n(n);
   if (!is_quant(sp.kind)) detail::fail("reduce_encode: not a q-codec (" + name(sp) + ")");
   if (m > 0) check_bytes(sp, in_bytes, n);
   return n == 0 || detail::quant_reduce_encode(sp, in, m, acc, n, off, key, out, r);
 }
 
-void decode_add_encode(const Spec& sp, const uint8_t* in, size_t in_bytes, const float* local,
-                       int64_t n, int64_t off, const RngKey& dec_key, const RngKey& enc_key,
-                       uint8_t* out) {
+void decode_add_encode(const Spec& sp, const uint8_t* in, size_t in_bytes, const float* local, int64_t n, int64_t off,
+                       const RngKey& dec_key, const RngKey& enc_key, uint8_t* out) {
   check_n(n);
   check_bytes(sp, in_bytes, n);
   if (n == 0 && !is_sparse(sp.kind)) return;
-  if (is_quant(sp.kind))
-    return detail::quant_decode_add_encode(sp, in, local, n, off, enc_key, out);
+  if (is_quant(sp.kind)) return detail::quant_decode_add_encode(sp, in, local, n, off, enc_key, out);
   // Generic path: dense float32 sum, then encode.
   std::vector<float> sum(local, local + n);
   decode_impl(sp, in, in_bytes, n, off, dec_key, sum.data(), true);

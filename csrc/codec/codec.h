@@ -26,10 +26,10 @@ enum class InType { F32, F16, BF16 };
 
 struct Spec {
   Kind kind = Kind::None;
-  int bits = 32;          // bits per element on the wire (q-codecs: 8/4/2/1; casts: 16)
-  double ratio = 1.0;     // topk/randomk: fraction of elements kept
-  int64_t bucket = 512;   // q-codecs: elements per scale
-  bool stochastic = true; // q8/q4/q2: stochastic (unbiased) vs round-to-nearest
+  int bits = 32;           // bits per element on the wire (q-codecs: 8/4/2/1; casts: 16)
+  double ratio = 1.0;      // topk/randomk: fraction of elements kept
+  int64_t bucket = 512;    // q-codecs: elements per scale
+  bool stochastic = true;  // q8/q4/q2: stochastic (unbiased) vs round-to-nearest
 };
 
 // "none","fp16","bf16","q8","q4","q2","q1","topk:R","randomk:R" (0 < R <= 1).
@@ -45,26 +45,25 @@ int64_t k_for(const Spec& spec, int64_t n);
 // Exact payload size for n elements, header included.
 size_t encoded_bytes(const Spec& spec, int64_t n);
 
-void encode(const Spec& spec, InType t, const void* x, int64_t n, int64_t elem_offset,
-            const RngKey& key, uint8_t* out);
+void encode(const Spec& spec, InType t, const void* x, int64_t n, int64_t elem_offset, const RngKey& key, uint8_t* out);
 // out = decode(in). Throws std::runtime_error if in_bytes or a header field is inconsistent.
-void decode(const Spec& spec, const uint8_t* in, size_t in_bytes, int64_t n, int64_t elem_offset,
-            const RngKey& key, float* out);
+void decode(const Spec& spec, const uint8_t* in, size_t in_bytes, int64_t n, int64_t elem_offset, const RngKey& key,
+            float* out);
 // acc += decode(in).
-void decode_accumulate(const Spec& spec, const uint8_t* in, size_t in_bytes, int64_t n,
-                       int64_t elem_offset, const RngKey& key, float* acc);
+void decode_accumulate(const Spec& spec, const uint8_t* in, size_t in_bytes, int64_t n, int64_t elem_offset,
+                       const RngKey& key, float* acc);
 // Error feedback: r = x - decode(in), what x lost on the wire (in must be x's encoding).
 // Returns true when r is known to hold no NaN/Inf (checked on the way; top-k: not checked).
-bool residual(const Spec& spec, const uint8_t* in, size_t in_bytes, const float* x, int64_t n,
-              int64_t elem_offset, const RngKey& key, float* r);
+bool residual(const Spec& spec, const uint8_t* in, size_t in_bytes, const float* x, int64_t n, int64_t elem_offset,
+              const RngKey& key, float* r);
 // Whether x holds no NaN/Inf.
 bool all_finite(const float* x, int64_t n);
 // Error feedback for the encode of a part sent to another rank: out = encode(x + r), then
 // r = x + r - decode(out), x unchanged; bucket by bucket in cache for the q-codecs (one trip
 // through memory instead of add, encode, decode, subtract). Same payload and residual as those
 // steps. Returns whether r is finite (no NaN/Inf: callers need not scan it).
-bool encode_feedback(const Spec& spec, const float* x, float* r, int64_t n, int64_t elem_offset,
-                     const RngKey& key, uint8_t* out);
+bool encode_feedback(const Spec& spec, const float* x, float* r, int64_t n, int64_t elem_offset, const RngKey& key,
+                     uint8_t* out);
 // Top-k with error feedback in one pass over memory: r += x (the value sent), x = 0 (ready to
 // accumulate the sparse sum), out = encode(r), then r -= decode(out). Same payload and residual
 // as adding r to x, encode and residual() would give. Returns whether every x + r was finite
@@ -85,8 +84,7 @@ void randomk_from_values(const float* vals, size_t k, uint8_t* payload);
 bool reduce_encode(const Spec& spec, const uint8_t* const* in, size_t in_bytes, int m, float* acc, int64_t n,
                    int64_t elem_offset, const RngKey& key, uint8_t* out, float* r);
 // Fused reduce-scatter hop: out = encode(decode(in) + local).
-void decode_add_encode(const Spec& spec, const uint8_t* in, size_t in_bytes, const float* local,
-                       int64_t n, int64_t elem_offset, const RngKey& dec_key,
-                       const RngKey& enc_key, uint8_t* out);
+void decode_add_encode(const Spec& spec, const uint8_t* in, size_t in_bytes, const float* local, int64_t n,
+                       int64_t elem_offset, const RngKey& dec_key, const RngKey& enc_key, uint8_t* out);
 
 }  // namespace ringzip::codec

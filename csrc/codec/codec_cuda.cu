@@ -51,8 +51,13 @@ void decode_impl(const Ctx& c, const Spec& sp, const uint8_t* in, size_t in_byte
   check_bytes(sp, in_bytes, n);
   if (n == 0) return;
   switch (sp.kind) {
-    case Kind::None: case Kind::Fp16: case Kind::Bf16: return detail::cast_decode(c, sp, in, n, out, acc);
-    case Kind::Q8: case Kind::Q4: case Kind::Q2: case Kind::Q1: return detail::quant_decode(c, sp, in, n, out, acc);
+    case Kind::None:
+    case Kind::Fp16:
+    case Kind::Bf16: return detail::cast_decode(c, sp, in, n, out, acc);
+    case Kind::Q8:
+    case Kind::Q4:
+    case Kind::Q2:
+    case Kind::Q1: return detail::quant_decode(c, sp, in, n, out, acc);
     case Kind::TopK: return detail::topk_decode(c, sp, in, n, out, acc);
     case Kind::RandomK: return detail::randomk_decode(c, sp, in, n, off, key, out, acc);
   }
@@ -60,14 +65,19 @@ void decode_impl(const Ctx& c, const Spec& sp, const uint8_t* in, size_t in_byte
 
 }  // namespace
 
-void residual(const Ctx& c, const Spec& sp, const uint8_t* in, size_t in_bytes, const float* x, int64_t n,
-              int64_t off, const RngKey& key, float* r) {
+void residual(const Ctx& c, const Spec& sp, const uint8_t* in, size_t in_bytes, const float* x, int64_t n, int64_t off,
+              const RngKey& key, float* r) {
   check_n(n);
   check_bytes(sp, in_bytes, n);
   if (n == 0) return;
   switch (sp.kind) {
-    case Kind::None: case Kind::Fp16: case Kind::Bf16: return detail::cast_residual(c, sp, in, x, n, r);
-    case Kind::Q8: case Kind::Q4: case Kind::Q2: case Kind::Q1: return detail::quant_residual(c, sp, in, x, n, r);
+    case Kind::None:
+    case Kind::Fp16:
+    case Kind::Bf16: return detail::cast_residual(c, sp, in, x, n, r);
+    case Kind::Q8:
+    case Kind::Q4:
+    case Kind::Q2:
+    case Kind::Q1: return detail::quant_residual(c, sp, in, x, n, r);
     case Kind::TopK: return detail::topk_residual(c, sp, in, x, n, r);
     case Kind::RandomK:
       detail::randomk_decode(c, sp, in, n, off, key, r, false);
@@ -77,8 +87,8 @@ void residual(const Ctx& c, const Spec& sp, const uint8_t* in, size_t in_bytes, 
   }
 }
 
-void encode_feedback(const Ctx& c, const Spec& sp, const float* x, float* r, int64_t n, int64_t off,
-                     const RngKey& key, uint8_t* out) {
+void encode_feedback(const Ctx& c, const Spec& sp, const float* x, float* r, int64_t n, int64_t off, const RngKey& key,
+                     uint8_t* out) {
   check_n(n);
   if (n == 0 && !is_sparse(sp.kind)) return;
   if (is_quant(sp.kind)) return detail::quant_encode_feedback(c, sp, x, r, n, off, key, out);
@@ -103,16 +113,20 @@ void encode(const Ctx& c, const Spec& sp, InType t, const void* x, int64_t n, in
   check_n(n);
   if (n == 0 && !is_sparse(sp.kind)) return;
   switch (sp.kind) {
-    case Kind::None: case Kind::Fp16: case Kind::Bf16: return detail::cast_encode(c, sp, t, x, n, out);
-    case Kind::Q8: case Kind::Q4: case Kind::Q2: case Kind::Q1:
-      return detail::quant_encode(c, sp, t, x, n, off, key, out);
+    case Kind::None:
+    case Kind::Fp16:
+    case Kind::Bf16: return detail::cast_encode(c, sp, t, x, n, out);
+    case Kind::Q8:
+    case Kind::Q4:
+    case Kind::Q2:
+    case Kind::Q1: return detail::quant_encode(c, sp, t, x, n, off, key, out);
     case Kind::TopK: return detail::topk_encode(c, sp, as_f32(c, t, x, n), n, out);
     case Kind::RandomK: return detail::randomk_encode(c, sp, as_f32(c, t, x, n), n, off, key, out);
   }
 }
 
-void decode(const Ctx& c, const Spec& sp, const uint8_t* in, size_t in_bytes, int64_t n, int64_t off,
-            const RngKey& key, float* out) {
+void decode(const Ctx& c, const Spec& sp, const uint8_t* in, size_t in_bytes, int64_t n, int64_t off, const RngKey& key,
+            float* out) {
   decode_impl(c, sp, in, in_bytes, n, off, key, out, false);
 }
 
@@ -121,8 +135,8 @@ void decode_accumulate(const Ctx& c, const Spec& sp, const uint8_t* in, size_t i
   decode_impl(c, sp, in, in_bytes, n, off, key, acc, true);
 }
 
-void decode_add_encode(const Ctx& c, const Spec& sp, const uint8_t* in, size_t in_bytes, const float* local,
-                       int64_t n, int64_t off, const RngKey& dec_key, const RngKey& enc_key, uint8_t* out) {
+void decode_add_encode(const Ctx& c, const Spec& sp, const uint8_t* in, size_t in_bytes, const float* local, int64_t n,
+                       int64_t off, const RngKey& dec_key, const RngKey& enc_key, uint8_t* out) {
   check_n(n);
   check_bytes(sp, in_bytes, n);
   if (n == 0 && !is_sparse(sp.kind)) return;

@@ -23,15 +23,14 @@ struct Ctx {
   std::function<void*(size_t)> scratch;  // device memory, alive until the call's work finished
 };
 
-void encode(const Ctx&, const Spec&, InType t, const void* x, int64_t n, int64_t elem_offset,
-            const RngKey& key, uint8_t* out);
-void decode(const Ctx&, const Spec&, const uint8_t* in, size_t in_bytes, int64_t n,
-            int64_t elem_offset, const RngKey& key, float* out);
-void decode_accumulate(const Ctx&, const Spec&, const uint8_t* in, size_t in_bytes, int64_t n,
-                       int64_t elem_offset, const RngKey& key, float* acc);
-void decode_add_encode(const Ctx&, const Spec&, const uint8_t* in, size_t in_bytes,
-                       const float* local, int64_t n, int64_t elem_offset, const RngKey& dec_key,
-                       const RngKey& enc_key, uint8_t* out);
+void encode(const Ctx&, const Spec&, InType t, const void* x, int64_t n, int64_t elem_offset, const RngKey& key,
+            uint8_t* out);
+void decode(const Ctx&, const Spec&, const uint8_t* in, size_t in_bytes, int64_t n, int64_t elem_offset,
+            const RngKey& key, float* out);
+void decode_accumulate(const Ctx&, const Spec&, const uint8_t* in, size_t in_bytes, int64_t n, int64_t elem_offset,
+                       const RngKey& key, float* acc);
+void decode_add_encode(const Ctx&, const Spec&, const uint8_t* in, size_t in_bytes, const float* local, int64_t n,
+                       int64_t elem_offset, const RngKey& dec_key, const RngKey& enc_key, uint8_t* out);
 
 // Error feedback (codec.h's residual, encode_feedback and topk_feedback): the same payloads and
 // residuals. Unlike the CPU versions they do not report whether r is finite (that would need a
@@ -61,26 +60,23 @@ void cast_encode(const Ctx&, const Spec&, InType, const void* x, int64_t n, uint
 void cast_decode(const Ctx&, const Spec&, const uint8_t* in, int64_t n, float* out, bool acc);
 void load_f32(const Ctx&, InType, const void* x, int64_t n, float* out);
 void cast_residual(const Ctx&, const Spec&, const uint8_t* in, const float* x, int64_t n, float* r);
-void cast_decode_add_encode(const Ctx&, const Spec&, const uint8_t* in, const float* local, int64_t n,
-                            uint8_t* out);
+void cast_decode_add_encode(const Ctx&, const Spec&, const uint8_t* in, const float* local, int64_t n, uint8_t* out);
 
-void quant_encode(const Ctx&, const Spec&, InType, const void* x, int64_t n, int64_t off,
-                  const RngKey&, uint8_t* out);
+void quant_encode(const Ctx&, const Spec&, InType, const void* x, int64_t n, int64_t off, const RngKey&, uint8_t* out);
 void quant_decode(const Ctx&, const Spec&, const uint8_t* in, int64_t n, float* out, bool acc);
-void quant_decode_add_encode(const Ctx&, const Spec&, const uint8_t* in, const float* local,
-                             int64_t n, int64_t off, const RngKey& enc_key, uint8_t* out);
+void quant_decode_add_encode(const Ctx&, const Spec&, const uint8_t* in, const float* local, int64_t n, int64_t off,
+                             const RngKey& enc_key, uint8_t* out);
 void quant_residual(const Ctx&, const Spec&, const uint8_t* in, const float* x, int64_t n, float* r);
-void quant_encode_feedback(const Ctx&, const Spec&, const float* x, float* r, int64_t n, int64_t off,
-                           const RngKey&, uint8_t* out);
+void quant_encode_feedback(const Ctx&, const Spec&, const float* x, float* r, int64_t n, int64_t off, const RngKey&,
+                           uint8_t* out);
 
 void topk_encode(const Ctx&, const Spec&, const float* x, int64_t n, uint8_t* out);
 void topk_decode(const Ctx&, const Spec&, const uint8_t* in, int64_t n, float* out, bool acc);
 void topk_residual(const Ctx&, const Spec&, const uint8_t* in, const float* x, int64_t n, float* r);
 void topk_feedback(const Ctx&, const Spec&, float* x, float* r, int64_t n, uint8_t* out);
-void randomk_encode(const Ctx&, const Spec&, const float* x, int64_t n, int64_t off, const RngKey&,
-                    uint8_t* out);
-void randomk_decode(const Ctx&, const Spec&, const uint8_t* in, int64_t n, int64_t off,
-                    const RngKey&, float* out, bool acc);
+void randomk_encode(const Ctx&, const Spec&, const float* x, int64_t n, int64_t off, const RngKey&, uint8_t* out);
+void randomk_decode(const Ctx&, const Spec&, const uint8_t* in, int64_t n, int64_t off, const RngKey&, float* out,
+                    bool acc);
 }  // namespace detail
 
 }  // namespace ringzip::codec::cuda

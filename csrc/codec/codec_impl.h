@@ -30,20 +30,18 @@ void cast_decode(const Spec&, const uint8_t* in, int64_t n, float* out, bool acc
 
 void quant_encode(const Spec&, InType, const void* x, int64_t n, int64_t off, const RngKey&, uint8_t* out);
 void quant_decode(const Spec&, const uint8_t* in, int64_t n, float* out, bool accumulate);
-bool quant_encode_feedback(const Spec&, const float* x, float* r, int64_t n, int64_t off, const RngKey&,
-                           uint8_t* out);
+bool quant_encode_feedback(const Spec&, const float* x, float* r, int64_t n, int64_t off, const RngKey&, uint8_t* out);
 bool quant_reduce_encode(const Spec&, const uint8_t* const* in, int m, float* acc, int64_t n, int64_t off,
                          const RngKey& key, uint8_t* out, float* r);
-void quant_decode_add_encode(const Spec&, const uint8_t* in, const float* local, int64_t n,
-                             int64_t off, const RngKey& enc_key, uint8_t* out);
+void quant_decode_add_encode(const Spec&, const uint8_t* in, const float* local, int64_t n, int64_t off,
+                             const RngKey& enc_key, uint8_t* out);
 
 void topk_encode(const Spec&, const float* x, int64_t n, uint8_t* out);
 void topk_decode(const Spec&, const uint8_t* in, int64_t n, float* out, bool accumulate);
 void topk_residual(const Spec&, const uint8_t* in, const float* x, int64_t n, float* r);
 bool topk_feedback(const Spec&, float* x, float* r, int64_t n, uint8_t* out);
 void randomk_encode(const Spec&, const float* x, int64_t n, int64_t off, const RngKey&, uint8_t* out);
-void randomk_decode(const Spec&, const uint8_t* in, int64_t n, int64_t off, const RngKey&, float* out,
-                    bool accumulate);
+void randomk_decode(const Spec&, const uint8_t* in, int64_t n, int64_t off, const RngKey&, float* out, bool accumulate);
 // Random-k sparse pattern of a chunk: k sorted local indices (shared by encode and decode).
 void randomk_indices(const Spec&, int64_t n, int64_t off, const RngKey&, std::vector<int32_t>& idx);
 

@@ -10,7 +10,8 @@
 namespace ringzip::codec::cuda {
 
 inline void check_cuda(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw std::runtime_error(std::string("ringzip codec (cuda): ") + what + ": " + cudaGetErrorString(e));
+  if (e != cudaSuccess)
+    throw std::runtime_error(std::string("ringzip codec (cuda): ") + what + ": " + cudaGetErrorString(e));
 }
 #define RZ_CUDA_CHECK(expr) ::ringzip::codec::cuda::check_cuda((expr), #expr)
 #define RZ_LAUNCH_CHECK(name) ::ringzip::codec::cuda::check_cuda(cudaGetLastError(), name)
@@ -32,7 +33,10 @@ __device__ __forceinline__ void st_u32(uint8_t* p, uint32_t v) {
   if (((uintptr_t)p & 3) == 0) {
     *reinterpret_cast<uint32_t*>(p) = v;
   } else {
-    p[0] = (uint8_t)v; p[1] = (uint8_t)(v >> 8); p[2] = (uint8_t)(v >> 16); p[3] = (uint8_t)(v >> 24);
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+    p[2] = (uint8_t)(v >> 16);
+    p[3] = (uint8_t)(v >> 24);
   }
 }
 __device__ __forceinline__ uint16_t ld_u16(const uint8_t* p) {
@@ -43,14 +47,24 @@ __device__ __forceinline__ void st_u16(uint8_t* p, uint16_t v) {
   if (((uintptr_t)p & 1) == 0) {
     *reinterpret_cast<uint16_t*>(p) = v;
   } else {
-    p[0] = (uint8_t)v; p[1] = (uint8_t)(v >> 8);
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
   }
 }
 // `nbytes` (<= 8) little-endian bytes of v at p, vectorized when p allows.
 __device__ __forceinline__ void st_bytes(uint8_t* p, uint64_t v, int nbytes) {
-  if (nbytes == 8 && ((uintptr_t)p & 7) == 0) { *reinterpret_cast<uint64_t*>(p) = v; return; }
-  if (nbytes == 4 && ((uintptr_t)p & 3) == 0) { *reinterpret_cast<uint32_t*>(p) = (uint32_t)v; return; }
-  if (nbytes == 2 && ((uintptr_t)p & 1) == 0) { *reinterpret_cast<uint16_t*>(p) = (uint16_t)v; return; }
+  if (nbytes == 8 && ((uintptr_t)p & 7) == 0) {
+    *reinterpret_cast<uint64_t*>(p) = v;
+    return;
+  }
+  if (nbytes == 4 && ((uintptr_t)p & 3) == 0) {
+    *reinterpret_cast<uint32_t*>(p) = (uint32_t)v;
+    return;
+  }
+  if (nbytes == 2 && ((uintptr_t)p & 1) == 0) {
+    *reinterpret_cast<uint16_t*>(p) = (uint16_t)v;
+    return;
+  }
   for (int i = 0; i < nbytes; ++i) p[i] = (uint8_t)(v >> (8 * i));
 }
 __device__ __forceinline__ uint64_t ld_bytes(const uint8_t* p, int nbytes) {

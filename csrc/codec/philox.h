@@ -35,8 +35,7 @@ struct U32x4 {
 };
 
 // One Philox4x32-10 block. Written with 64-bit products so compilers vectorize loops of it.
-RZ_HD U32x4 philox4x32_10(uint32_t c0, uint32_t c1, uint32_t c2, uint32_t c3, uint32_t k0,
-                          uint32_t k1) {
+RZ_HD U32x4 philox4x32_10(uint32_t c0, uint32_t c1, uint32_t c2, uint32_t c3, uint32_t k0, uint32_t k1) {
 #ifdef __CUDACC__
 #pragma unroll
 #else

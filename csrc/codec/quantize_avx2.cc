@@ -67,7 +67,8 @@ RZ_AVX2 inline void pack_store32(__m256i c, uint8_t* out) {
     const __m256i w = _mm256_or_si256(a, _mm256_srli_epi32(a, 12));
     const __m256i first = _mm256_setr_epi8(0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,  //
                                            0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1);
-    const __m256i p = _mm256_permutevar8x32_epi32(_mm256_shuffle_epi8(w, first), _mm256_setr_epi32(0, 4, 1, 1, 1, 1, 1, 1));
+    const __m256i p =
+        _mm256_permutevar8x32_epi32(_mm256_shuffle_epi8(w, first), _mm256_setr_epi32(0, 4, 1, 1, 1, 1, 1, 1));
     _mm_storel_epi64(reinterpret_cast<__m128i*>(out), _mm256_castsi256_si128(p));
   }
 }
@@ -100,11 +101,13 @@ RZ_AVX2 void pack_bucket(const float* x, const uint8_t* d, int64_t L, float inv_
 // Codes 8 k .. 8 k + 7 of a group's packed bytes, one per 32-bit lane.
 template <int Bits>
 RZ_AVX2 inline __m256i spread8(const uint8_t* group, int k) {
-  if constexpr (Bits == 8) return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(group + 8 * k)));
+  if constexpr (Bits == 8)
+    return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(group + 8 * k)));
   using Word = std::conditional_t<Bits == 4, uint32_t, uint16_t>;  // the Bits bytes of eight codes
   Word w;
   std::memcpy(&w, group + k * Bits, sizeof w);
-  const __m256i shift = Bits == 4 ? _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28) : _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14);
+  const __m256i shift =
+      Bits == 4 ? _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28) : _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14);
   return _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32((int)w), shift), _mm256_set1_epi32((1 << Bits) - 1));
 }
 
@@ -113,14 +116,16 @@ RZ_AVX2 inline __m256i spread8(const uint8_t* group, int k) {
 RZ_AVX2 inline void add8(__m256i code, __m256i all_ones, __m256i s, __m256 step, const float* local, float* sum,
                          __m256i keep, __m256i& mx, __m256i& bad) {
   bad = _mm256_or_si256(bad, _mm256_cmpeq_epi32(code, all_ones));
-  const __m256 v = _mm256_add_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(code, s)), step), _mm256_loadu_ps(local));
+  const __m256 v =
+      _mm256_add_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(code, s)), step), _mm256_loadu_ps(local));
   _mm256_storeu_ps(sum, v);
   const __m256i a = _mm256_and_si256(_mm256_castps_si256(v), _mm256_and_si256(keep, _mm256_set1_epi32(0x7fffffff)));
   mx = _mm256_max_epu32(mx, a);
 }
 
 template <int Bits>
-RZ_AVX2 bool unpack_add_bucket(const uint8_t* in, int64_t L, float step_, const float* local, float* sum, uint32_t* amax) {
+RZ_AVX2 bool unpack_add_bucket(const uint8_t* in, int64_t L, float step_, const float* local, float* sum,
+                               uint32_t* amax) {
   const __m256i s = _mm256_set1_epi32((1 << (Bits - 1)) - 1), all_ones = _mm256_set1_epi32((1 << Bits) - 1);
   const __m256i every = _mm256_set1_epi32(-1);
   const __m256 step = _mm256_set1_ps(step_);
@@ -132,7 +137,8 @@ RZ_AVX2 bool unpack_add_bucket(const uint8_t* in, int64_t L, float step_, const 
     for (int k = 0; k < 4; ++k)
       add8(spread8<Bits>(in + j * Bits / 8, k), all_ones, s, step, local + j + 8 * k, sum + j + 8 * k, every, mx, bad);
   }
-  for (; j + 8 <= L; j += 8) add8(spread8<Bits>(in + j * Bits / 8, 0), all_ones, s, step, local + j, sum + j, every, mx, bad);
+  for (; j + 8 <= L; j += 8)
+    add8(spread8<Bits>(in + j * Bits / 8, 0), all_ones, s, step, local + j, sum + j, every, mx, bad);
   if (j < L) {  // fewer than eight codes left: through zero-padded copies (zero bytes are never all ones)
     const int64_t m = L - j;
     alignas(32) uint8_t bytes[32] = {};
@@ -157,7 +163,8 @@ RZ_AVX2 uint32_t amax_bits(const float* x, int64_t L) {
   int64_t j = 0;
   for (; j + 16 <= L; j += 16) {  // two accumulators: the max is a dependency chain
     m0 = _mm256_max_epu32(m0, _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + j)), abs_mask));
-    m1 = _mm256_max_epu32(m1, _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + j + 8)), abs_mask));
+    m1 = _mm256_max_epu32(m1,
+                          _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + j + 8)), abs_mask));
   }
   alignas(32) uint32_t lanes[8];
   _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), _mm256_max_epu32(m0, m1));

@@ -57,7 +57,8 @@ template <int Bits>
 RZ_AVX512 inline __m512i pack64(__m512i c) {
   if constexpr (Bits == 4) {  // per 16-bit word lo | hi << 8 -> lo | hi << 4 in the low byte
     return _mm512_castsi256_si512(_mm512_cvtepi16_epi8(_mm512_or_si512(c, _mm512_srli_epi16(c, 4))));
-  } else if constexpr (Bits == 2) {  // per 32-bit word c0 | c1 << 8 | c2 << 16 | c3 << 24 -> c0 | c1 << 2 | c2 << 4 | c3 << 6
+  } else if constexpr (Bits ==
+                       2) {  // per 32-bit word c0 | c1 << 8 | c2 << 16 | c3 << 24 -> c0 | c1 << 2 | c2 << 4 | c3 << 6
     const __m512i a = _mm512_or_si512(c, _mm512_srli_epi32(c, 6));
     return _mm512_castsi128_si512(_mm512_cvtepi32_epi8(_mm512_or_si512(a, _mm512_srli_epi32(a, 12))));
   }
@@ -70,7 +71,8 @@ RZ_AVX512 void pack_bucket(const float* x, const uint8_t* d, int64_t L, float in
   const __m512 inv = _mm512_set1_ps(inv_);
   int64_t j = 0;
   for (; j + 64 <= L; j += 64)
-    _mm512_mask_storeu_epi8(out + j * Bits / 8, first_bytes(8 * Bits), pack64<Bits>(codes64<Dither, false>(x + j, d + j, 64, inv, s)));
+    _mm512_mask_storeu_epi8(out + j * Bits / 8, first_bytes(8 * Bits),
+                            pack64<Bits>(codes64<Dither, false>(x + j, d + j, 64, inv, s)));
   if (j < L) {
     const int64_t m = L - j;
     _mm512_mask_storeu_epi8(out + j * Bits / 8, first_bytes((m * Bits + 7) / 8),
@@ -120,11 +122,16 @@ RZ_AVX512 inline __mmask64 unpack_add64(const Spread& sp, const uint8_t* in, int
                                         const float* local, float* sum, __m512i& mx) {
   const __m512i low = _mm512_set1_epi8((char)((1 << Bits) - 1));
   __m512i c;  // the group's 8 * Bits bytes (the spread reads no others)
-  if constexpr (Tail) c = _mm512_maskz_loadu_epi8(first_bytes((m * Bits + 7) / 8), in);
-  else if constexpr (Bits == 8) c = _mm512_loadu_si512(in);
-  else if constexpr (Bits == 4) c = _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i*)in));
-  else c = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i*)in));
-  if constexpr (Bits != 8) c = _mm512_and_si512(_mm512_multishift_epi64_epi8(sp.shift, _mm512_permutexvar_epi8(sp.idx, c)), low);
+  if constexpr (Tail)
+    c = _mm512_maskz_loadu_epi8(first_bytes((m * Bits + 7) / 8), in);
+  else if constexpr (Bits == 8)
+    c = _mm512_loadu_si512(in);
+  else if constexpr (Bits == 4)
+    c = _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i*)in));
+  else
+    c = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i*)in));
+  if constexpr (Bits != 8)
+    c = _mm512_and_si512(_mm512_multishift_epi64_epi8(sp.shift, _mm512_permutexvar_epi8(sp.idx, c)), low);
   add16<0, Tail>(c, m, s, step, local, sum, mx);
   add16<1, Tail>(c, m, s, step, local, sum, mx);
   add16<2, Tail>(c, m, s, step, local, sum, mx);
@@ -133,7 +140,8 @@ RZ_AVX512 inline __mmask64 unpack_add64(const Spread& sp, const uint8_t* in, int
 }
 
 template <int Bits>
-RZ_AVX512 bool unpack_add_bucket(const uint8_t* in, int64_t L, float step_, const float* local, float* sum, uint32_t* amax) {
+RZ_AVX512 bool unpack_add_bucket(const uint8_t* in, int64_t L, float step_, const float* local, float* sum,
+                                 uint32_t* amax) {
   const Spread sp = spread_for(Bits);
   const __m512i s = _mm512_set1_epi32((1 << (Bits - 1)) - 1);
   const __m512 step = _mm512_set1_ps(step_);

@@ -24,7 +24,6 @@
 #include "codec/quantize_fused.h"
 #include "codec/quantize_math.h"
 
-
 namespace ringzip::codec::detail {
 namespace {
 
@@ -38,10 +37,10 @@ struct QParams {
 QParams qparams(const Spec& sp) { return {sp.bits, sp.bits > 1 ? quant_levels(sp.bits) : 1, sp.bucket, sp.stochastic}; }
 
 struct Scratch {
-  std::vector<float> x;      // widened / summed bucket input
-  std::vector<uint32_t> w;   // Philox blocks (dither bytes of the bucket: philox_fill_bytes)
-  std::vector<uint8_t> c;    // unpacked codes
-  std::vector<float> z;      // zeros for the kernels that add (made on first use)
+  std::vector<float> x;     // widened / summed bucket input
+  std::vector<uint32_t> w;  // Philox blocks (dither bytes of the bucket: philox_fill_bytes)
+  std::vector<uint8_t> c;   // unpacked codes
+  std::vector<float> z;     // zeros for the kernels that add (made on first use)
   explicit Scratch(int64_t bucket) : x(bucket + 8), w(bucket + 8), c(bucket + 8) {}
   const float* zeros(int64_t L) {
     if (static_cast<int64_t>(z.size()) < L) z.assign(L, 0.0f);
@@ -114,7 +113,7 @@ __attribute__((target("avx2"))) void philox_fill_avx2(uint64_t q0, int64_t nq, c
 // eight blocks instead of the shuffles a 32-bit-lane layout needs. Lane b of a group holds
 // block kLaneBlock[b], chosen so the final 64-bit unpacks come out in block order.
 __attribute__((target("avx512f"))) inline void philox8_avx512(__m512i c0, __m512i c1, __m512i c2, __m512i c3,
-                                                               uint32_t k0, uint32_t k1, uint32_t* o) {
+                                                              uint32_t k0, uint32_t k1, uint32_t* o) {
   const __m512i m0 = _mm512_set1_epi64(kPhiloxM0), m1 = _mm512_set1_epi64(kPhiloxM1);
   for (int r = 0; r < 10; ++r) {
     __m512i p0 = _mm512_mul_epu32(c0, m0), p1 = _mm512_mul_epu32(c2, m1);
@@ -315,9 +314,9 @@ const FusedQuant* fused_quant() {
     if (want == "portable") return static_cast<const FusedQuant*>(nullptr);
     const FusedQuant* k = want == "avx512" ? fused_quant_avx512() : want == "avx2" ? fused_quant_avx2() : nullptr;
     if (!k)
-      fail("RINGZIP_QUANT_KERNELS=" + want + (want == "avx512" || want == "avx2"
-                                                  ? ": this CPU (or this build) cannot run those kernels"
-                                                  : ": unknown; use auto, avx512, avx2 or portable"));
+      fail("RINGZIP_QUANT_KERNELS=" + want +
+           (want == "avx512" || want == "avx2" ? ": this CPU (or this build) cannot run those kernels"
+                                               : ": unknown; use auto, avx512, avx2 or portable"));
     return k;
   }();
   return chosen;
@@ -441,8 +440,8 @@ void for_each_bucket(const QParams& p, int64_t n, uint8_t* out, Encode encode, A
 
 // The usual encode: input(begin, L, sc) gives a bucket's float32 values, encode_bucket the rest.
 template <typename Input, typename After>
-void encode_buckets(const QParams& p, int64_t n, int64_t off, const RngKey& key, uint8_t* out, Input input,
-                    After after, bool unpacked) {
+void encode_buckets(const QParams& p, int64_t n, int64_t off, const RngKey& key, uint8_t* out, Input input, After after,
+                    bool unpacked) {
   for_each_bucket(
       p, n, out,
       [&](int64_t begin, int64_t L, Scratch& sc, uint8_t* scale_at, uint8_t* codes_at) {
@@ -479,8 +478,7 @@ RZ_CLONES uint32_t q1_residual(int64_t L, float scale, const float* sum, float* 
 
 }  // namespace
 
-void quant_encode(const Spec& sp, InType t, const void* x, int64_t n, int64_t off, const RngKey& key,
-                  uint8_t* out) {
+void quant_encode(const Spec& sp, InType t, const void* x, int64_t n, int64_t off, const RngKey& key, uint8_t* out) {
   encode_buckets(
       qparams(sp), n, off, key, out,
       [&](int64_t begin, int64_t L, Scratch& sc) -> const float* {
@@ -553,8 +551,8 @@ void quant_decode(const Spec& sp, const uint8_t* in, int64_t n, float* out, bool
   }
 }
 
-void quant_decode_add_encode(const Spec& sp, const uint8_t* in, const float* local, int64_t n,
-                             int64_t off, const RngKey& enc_key, uint8_t* out) {
+void quant_decode_add_encode(const Spec& sp, const uint8_t* in, const float* local, int64_t n, int64_t off,
+                             const RngKey& enc_key, uint8_t* out) {
   QParams p = qparams(sp);
   int64_t B = p.bucket < n ? p.bucket : n;
   Scratch sc(B);
@@ -605,8 +603,9 @@ bool quant_reduce_encode(const Spec& sp, const uint8_t* const* in, int m, float*
       continue;
     }
     if (r)
-      worst = std::max(worst, p.bits == 1 ? q1_residual(L, scale, sum, r + begin)
-                                          : values_residual(sc.c.data(), L, quant_step(scale, p.s), p.s, sum, r + begin));
+      worst =
+          std::max(worst, p.bits == 1 ? q1_residual(L, scale, sum, r + begin)
+                                      : values_residual(sc.c.data(), L, quant_step(scale, p.s), p.s, sum, r + begin));
     if (p.bits == 1)
       q1_store(sc.c.data(), L, scale, acc + begin);
     else

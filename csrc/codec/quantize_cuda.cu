@@ -34,9 +34,12 @@ struct SrcIn {
   struct B {};
   __device__ B bucket(int64_t) const { return {}; }
   __device__ float at(const B&, int64_t e) const {
-    if constexpr (T == InType::F32) return static_cast<const float*>(x)[e];
-    else if constexpr (T == InType::F16) return f16_bits_to_f32(static_cast<const uint16_t*>(x)[e]);
-    else return bf16_bits_to_f32(static_cast<const uint16_t*>(x)[e]);
+    if constexpr (T == InType::F32)
+      return static_cast<const float*>(x)[e];
+    else if constexpr (T == InType::F16)
+      return f16_bits_to_f32(static_cast<const uint16_t*>(x)[e]);
+    else
+      return bf16_bits_to_f32(static_cast<const uint16_t*>(x)[e]);
   }
   // v[i] = element e + i for i < cnt, 0 beyond.
   __device__ void load8(const B& b, int64_t e, int cnt, float v[8]) const {
@@ -92,14 +95,18 @@ struct SrcDecAdd {
   const uint8_t* codes;
   const float* local;
   bool vec;
-  struct B { float scale, step; };
+  struct B {
+    float scale, step;
+  };
   __device__ B bucket(int64_t b) const {
     float sc = u2f(ld_u32(scales + 4 * b));
     return {sc, BITS > 1 ? quant_step(sc, quant_levels(BITS)) : 0.f};
   }
   __device__ float value(const B& b, uint32_t code) const {
-    if constexpr (BITS == 1) return q1_value(code, b.scale);
-    else return quant_value(code, b.step, quant_levels(BITS));
+    if constexpr (BITS == 1)
+      return q1_value(code, b.scale);
+    else
+      return quant_value(code, b.step, quant_levels(BITS));
   }
   __device__ float at(const B& b, int64_t e) const {
     uint32_t code = (codes[e * BITS / 8] >> ((e * BITS) & 7)) & ((1u << BITS) - 1);
@@ -164,8 +171,8 @@ __device__ __forceinline__ uint32_t warp_max(uint32_t v) {
 // the warp's scale pass has read the whole bucket).
 template <int BITS, typename Src, bool FB = false>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32)
-encode_kernel(Src src, int64_t n, int64_t bucket, int64_t nb, int64_t off, RngKey key, bool stochastic,
-              uint8_t* out, float* resid = nullptr) {
+    encode_kernel(Src src, int64_t n, int64_t bucket, int64_t nb, int64_t off, RngKey key, bool stochastic,
+                  uint8_t* out, float* resid = nullptr) {
   const int lane = threadIdx.x & 31;
   const int64_t warp = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
   const int64_t nwarps = ((int64_t)gridDim.x * blockDim.x) >> 5;
@@ -220,7 +227,8 @@ encode_kernel(Src src, int64_t n, int64_t bucket, int64_t nb, int64_t off, RngKe
             const int64_t Lh = L < 512 ? L : 512;
 #pragma unroll 8
             for (int64_t j = lane; j < Lh; j += kSumLanes) sum = rz_add(sum, rz_mul(h[j], f));
-            for (int64_t j = 512 + lane; j < L; j += kSumLanes) sum = rz_add(sum, rz_mul(fabsf(src.at(bs, begin + j)), f));
+            for (int64_t j = 512 + lane; j < L; j += kSumLanes)
+              sum = rz_add(sum, rz_mul(fabsf(src.at(bs, begin + j)), f));
           }
           __syncwarp();  // h is rewritten by this warp's next bucket
         } else if (lane < kSumLanes) {
@@ -240,7 +248,7 @@ encode_kernel(Src src, int64_t n, int64_t bucket, int64_t nb, int64_t off, RngKe
     if (lane == 0) st_u32(out + 4 * b, f2u(scale));
     const float inv = BITS > 1 ? quant_inv(scale, s) : 0.f;
     const float step = BITS > 1 ? quant_step(scale, s) : 0.f;  // the decoder's (FB only)
-    auto emit = [&](int64_t j0, const float (&v)[8]) {  // codes of the group at j0
+    auto emit = [&](int64_t j0, const float (&v)[8]) {         // codes of the group at j0
       const int cnt = count_at(j0);
       uint64_t packed = 0;
       uint32_t c[8] = {};
@@ -361,18 +369,18 @@ void launch_dae(const Ctx& c, const Spec& sp, const uint8_t* in, const float* lo
                 const RngKey& key, uint8_t* out) {
   const int64_t nb = (n + sp.bucket - 1) / sp.bucket;
   SrcDecAdd<BITS> src{in, in + 4 * nb, local, aligned(local, 16)};
-  encode_kernel<BITS><<<enc_blocks(nb), kWarpsPerBlock * 32, 0, c.stream>>>(src, n, sp.bucket, nb, off, key,
-                                                                            sp.stochastic, out);
+  encode_kernel<BITS>
+      <<<enc_blocks(nb), kWarpsPerBlock * 32, 0, c.stream>>>(src, n, sp.bucket, nb, off, key, sp.stochastic, out);
   RZ_LAUNCH_CHECK("quantize decode_add_encode kernel");
 }
 
 template <int BITS>
-void launch_feedback(const Ctx& c, const Spec& sp, const float* x, float* r, int64_t n, int64_t off,
-                     const RngKey& key, uint8_t* out) {
+void launch_feedback(const Ctx& c, const Spec& sp, const float* x, float* r, int64_t n, int64_t off, const RngKey& key,
+                     uint8_t* out) {
   const int64_t nb = (n + sp.bucket - 1) / sp.bucket;
   SrcFeedback src{x, r, aligned(x, 16) && aligned(r, 16)};
-  encode_kernel<BITS, SrcFeedback, true><<<enc_blocks(nb), kWarpsPerBlock * 32, 0, c.stream>>>(
-      src, n, sp.bucket, nb, off, key, sp.stochastic, out, r);
+  encode_kernel<BITS, SrcFeedback, true>
+      <<<enc_blocks(nb), kWarpsPerBlock * 32, 0, c.stream>>>(src, n, sp.bucket, nb, off, key, sp.stochastic, out, r);
   RZ_LAUNCH_CHECK("quantize encode_feedback kernel");
 }
 

@@ -42,9 +42,14 @@ template <class K>
 struct FusedQuantOf {
   static void codes_pack(int bits, const float* x, const uint8_t* d, int64_t L, float inv, uint8_t* out) {
     const bool dither = d != nullptr;
-    if (bits == 8) return dither ? K::template codes_pack<8, true>(x, d, L, inv, out) : K::template codes_pack<8, false>(x, d, L, inv, out);
-    if (bits == 4) return dither ? K::template codes_pack<4, true>(x, d, L, inv, out) : K::template codes_pack<4, false>(x, d, L, inv, out);
-    return dither ? K::template codes_pack<2, true>(x, d, L, inv, out) : K::template codes_pack<2, false>(x, d, L, inv, out);
+    if (bits == 8)
+      return dither ? K::template codes_pack<8, true>(x, d, L, inv, out)
+                    : K::template codes_pack<8, false>(x, d, L, inv, out);
+    if (bits == 4)
+      return dither ? K::template codes_pack<4, true>(x, d, L, inv, out)
+                    : K::template codes_pack<4, false>(x, d, L, inv, out);
+    return dither ? K::template codes_pack<2, true>(x, d, L, inv, out)
+                  : K::template codes_pack<2, false>(x, d, L, inv, out);
   }
   static bool unpack_add(int bits, const uint8_t* in, int64_t L, float step, const float* local, float* sum,
                          uint32_t* amax) {
@@ -52,23 +57,24 @@ struct FusedQuantOf {
     if (bits == 4) return K::template unpack_add<4>(in, L, step, local, sum, amax);
     return K::template unpack_add<2>(in, L, step, local, sum, amax);
   }
-  static constexpr FusedQuant table(const char* name) { return {name, K::amax, codes_pack, unpack_add, q1_pack_avx2, q1_unpack_add_avx2, q1_add_pack_avx2}; }
+  static constexpr FusedQuant table(const char* name) {
+    return {name, K::amax, codes_pack, unpack_add, q1_pack_avx2, q1_unpack_add_avx2, q1_add_pack_avx2};
+  }
 };
 
 // The K of a kernel file whose bucket templates are pack_bucket<Bits, Dither>,
 // unpack_add_bucket<Bits> and amax_bits (function templates can't be template arguments).
-#define RZ_FUSED_QUANT_KERNELS                                                                                  \
-  struct Kernels {                                                                                             \
-    template <int Bits, bool Dither>                                                                           \
-    static void codes_pack(const float* x, const uint8_t* d, int64_t L, float inv, uint8_t* out) {             \
-      pack_bucket<Bits, Dither>(x, d, L, inv, out);                                                            \
-    }                                                                                                          \
-    template <int Bits>                                                                                        \
-    static bool unpack_add(const uint8_t* in, int64_t L, float step, const float* local, float* sum,           \
-                           uint32_t* amax) {                                                                   \
-      return unpack_add_bucket<Bits>(in, L, step, local, sum, amax);                                           \
-    }                                                                                                          \
-    static uint32_t amax(const float* x, int64_t L) { return amax_bits(x, L); }                               \
+#define RZ_FUSED_QUANT_KERNELS                                                                                         \
+  struct Kernels {                                                                                                     \
+    template <int Bits, bool Dither>                                                                                   \
+    static void codes_pack(const float* x, const uint8_t* d, int64_t L, float inv, uint8_t* out) {                     \
+      pack_bucket<Bits, Dither>(x, d, L, inv, out);                                                                    \
+    }                                                                                                                  \
+    template <int Bits>                                                                                                \
+    static bool unpack_add(const uint8_t* in, int64_t L, float step, const float* local, float* sum, uint32_t* amax) { \
+      return unpack_add_bucket<Bits>(in, L, step, local, sum, amax);                                                   \
+    }                                                                                                                  \
+    static uint32_t amax(const float* x, int64_t L) { return amax_bits(x, L); }                                        \
   }
 
 // Each set, or null where this CPU (or this build) cannot run it.

@@ -138,8 +138,8 @@ __attribute__((target("avx512f"))) void collect_avx512(float* x, float* r, int64
 // without a hit costs one branch, and a hit's position comes from the compare's bit mask.
 // Prefetching 8 KiB ahead keeps the two input streams coming while a group computes.
 template <bool Feedback>
-__attribute__((target("avx2"))) void collect_avx2(float* x, float* r, int64_t n, uint32_t thr,
-                                                  std::vector<uint64_t>& c, uint32_t& worst) {
+__attribute__((target("avx2"))) void collect_avx2(float* x, float* r, int64_t n, uint32_t thr, std::vector<uint64_t>& c,
+                                                  uint32_t& worst) {
   constexpr int64_t kAhead = 2048;
   const __m256i t = _mm256_set1_epi32((int)(thr - 1)), abs_mask = _mm256_set1_epi32(0x7fffffff);
   __m256i w = _mm256_setzero_si256();
@@ -232,7 +232,7 @@ uint32_t topk_select(float* x, float* r, int64_t n, int64_t k, std::vector<int32
   uint32_t worst = 0;
   if (thr > 0 || Feedback) {  // with Feedback the pass must run anyway: it adds and clears
     std::vector<uint64_t> c;
-    if (thr > 0) c.reserve(expect_pass + expect_pass / 4 + 64);  // a regrowth copies them all
+    if (thr > 0) c.reserve(expect_pass + expect_pass / 4 + 64);         // a regrowth copies them all
     collect<Feedback>(x, r, n, thr > 0 ? thr : 0x80000000u, c, worst);  // no key reaches 2^31
     if (thr > 0 && (int64_t)c.size() >= k) {
       top_composites(c, k, true, idx, topk_idx_of);
@@ -261,8 +261,8 @@ void check_count(const uint8_t* in, int64_t k, const char* what) {
   int32_t cnt;
   std::memcpy(&cnt, in, 4);
   if (cnt != k)
-    fail(std::string("corrupt ") + what + " payload: header count " + std::to_string(cnt) +
-         ", expected " + std::to_string(k));
+    fail(std::string("corrupt ") + what + " payload: header count " + std::to_string(cnt) + ", expected " +
+         std::to_string(k));
 }
 
 }  // namespace
@@ -400,8 +400,8 @@ void randomk_encode(const Spec& sp, const float* x, int64_t n, int64_t off, cons
   std::memcpy(out + kRandomkValuesAt, val.data(), 4 * k);
 }
 
-void randomk_decode(const Spec& sp, const uint8_t* in, int64_t n, int64_t off, const RngKey& key,
-                    float* out, bool acc) {
+void randomk_decode(const Spec& sp, const uint8_t* in, int64_t n, int64_t off, const RngKey& key, float* out,
+                    bool acc) {
   int64_t k = k_for(sp, n);
   check_count(in, k, "randomk");
   uint32_t flags;

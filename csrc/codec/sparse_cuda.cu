@@ -70,8 +70,10 @@ __global__ void __launch_bounds__(1024) pick_kernel(SelState* st, int shift, int
   __syncthreads();
   int d = -1;
   uint32_t left = 0;
-  if (excl < need && need <= excl + c0) d = d0, left = need - excl;
-  else if (excl + c0 < need && need <= excl + c0 + c1) d = d1, left = need - excl - c0;
+  if (excl < need && need <= excl + c0)
+    d = d0, left = need - excl;
+  else if (excl + c0 < need && need <= excl + c0 + c1)
+    d = d1, left = need - excl - c0;
   if (d >= 0) {
     st->prefix |= (uint32_t)d << shift;
     st->mask |= (uint32_t)(nb - 1) << shift;
@@ -102,8 +104,8 @@ __global__ void __launch_bounds__(kThreads) count_kernel(KeyFn f, int64_t n, con
 }
 
 template <typename KeyFn>
-__global__ void __launch_bounds__(kThreads) write_kernel(KeyFn f, int64_t n, const SelState* st, const uint64_t* tile_excl,
-                                                         int32_t* idx) {
+__global__ void __launch_bounds__(kThreads)
+    write_kernel(KeyFn f, int64_t n, const SelState* st, const uint64_t* tile_excl, int32_t* idx) {
   using Scan = cub::BlockScan<uint64_t, kThreads>;
   __shared__ typename Scan::TempStorage tmp;
   const uint32_t T = st->prefix, need = st->need;
@@ -135,7 +137,8 @@ __global__ void __launch_bounds__(kThreads) write_kernel(KeyFn f, int64_t n, con
 }
 
 __global__ void iota_kernel(int32_t* idx, int64_t n) {
-  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) idx[i] = (int32_t)i;
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+    idx[i] = (int32_t)i;
 }
 
 template <typename KeyFn>
@@ -189,8 +192,8 @@ __global__ void nonfinite_kernel(const float* x, int64_t n, uint32_t* flag) {
 // out[idx[j]] (+)= val[j]; idx from the payload (unvalidated: out-of-range entries are skipped),
 // or from a device array. Does nothing when `flags` says the sender saw a NaN/Inf.
 template <bool Acc>
-__global__ void scatter_kernel(const uint8_t* idx_bytes, const int32_t* idx, const uint8_t* vals, int64_t k,
-                               int64_t n, float* out, const uint8_t* flags) {
+__global__ void scatter_kernel(const uint8_t* idx_bytes, const int32_t* idx, const uint8_t* vals, int64_t k, int64_t n,
+                               float* out, const uint8_t* flags) {
   if (flags && (ld_u32(flags) & kRandomkNonFinite)) return;
   for (int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; j < k; j += (int64_t)gridDim.x * blockDim.x) {
     int32_t i = idx ? idx[j] : (int32_t)ld_u32(idx_bytes + 4 * j);
@@ -235,8 +238,10 @@ __global__ void to_values_kernel(const uint8_t* payload, int64_t k, float* vals)
 
 __global__ void from_values_kernel(const float* vals, int64_t k, uint8_t* payload) {
   for (int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; j <= k; j += (int64_t)gridDim.x * blockDim.x) {
-    if (j == 0) st_u32(payload + kRandomkFlagsAt, vals[0] != vals[0] ? kRandomkNonFinite : 0u);
-    else st_u32(payload + kRandomkValuesAt + 4 * (j - 1), f2u(vals[j]));
+    if (j == 0)
+      st_u32(payload + kRandomkFlagsAt, vals[0] != vals[0] ? kRandomkNonFinite : 0u);
+    else
+      st_u32(payload + kRandomkValuesAt + 4 * (j - 1), f2u(vals[j]));
   }
 }
 
@@ -333,7 +338,8 @@ void randomk_decode(const Ctx& c, const Spec& sp, const uint8_t* in, int64_t n, 
     scatter_kernel<true><<<g, 256, 0, c.stream>>>(nullptr, idx, in + kRandomkValuesAt, k, n, out, in + kRandomkFlagsAt);
     nan_fill_kernel<true><<<gn, 256, 0, c.stream>>>(in + kRandomkFlagsAt, n, out);
   } else {
-    scatter_kernel<false><<<g, 256, 0, c.stream>>>(nullptr, idx, in + kRandomkValuesAt, k, n, out, in + kRandomkFlagsAt);
+    scatter_kernel<false>
+        <<<g, 256, 0, c.stream>>>(nullptr, idx, in + kRandomkValuesAt, k, n, out, in + kRandomkFlagsAt);
     nan_fill_kernel<false><<<gn, 256, 0, c.stream>>>(in + kRandomkFlagsAt, n, out);
   }
   RZ_LAUNCH_CHECK("randomk scatter");

@@ -21,8 +21,7 @@ void tree_allreduce(Comm& c, Buf data, RedOp op);
 
 // Ring reduce-scatter in place: afterwards rank i's part [begin[i], begin[i+1]) holds the
 // reduction over all ranks. `begin` has size()+1 entries.
-void ring_reduce_scatter(Comm& c, Buf data, RedOp op, const std::vector<size_t>& begin,
-                         uint32_t step_base = 0);
+void ring_reduce_scatter(Comm& c, Buf data, RedOp op, const std::vector<size_t>& begin, uint32_t step_base = 0);
 // Ring allgather in place: rank i contributes part i, everybody ends with all parts.
 void ring_allgather(Comm& c, Buf data, const std::vector<size_t>& begin, uint32_t step_base = 0);
 

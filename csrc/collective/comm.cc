@@ -11,8 +11,7 @@ void Comm::fail(const std::string& what, int peer, const std::exception& cause) 
 }
 
 void Comm::wait(Request& req, int peer, const char* what) {
-  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-      deadline - std::chrono::steady_clock::now());
+  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
   if (left.count() < 1) left = std::chrono::milliseconds(1);
   try {
     req.wait(left);
@@ -37,8 +36,7 @@ std::unique_ptr<Request> Comm::post_recv(void* p, size_t bytes, int peer, uint32
   }
 }
 
-void Comm::wait_all(std::vector<std::unique_ptr<Request>>& reqs, const std::vector<int>& peers,
-                    const char* what) {
+void Comm::wait_all(std::vector<std::unique_ptr<Request>>& reqs, const std::vector<int>& peers, const char* what) {
   for (size_t i = 0; i < reqs.size(); ++i) {
     if (reqs[i]) wait(*reqs[i], peers[i], what);
   }

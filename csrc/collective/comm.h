@@ -17,9 +17,9 @@ struct Comm {
   Compute& dev;  // where the buffers live (host or device) and what works on them
   uint32_t seq;
   std::chrono::steady_clock::time_point deadline;
-  std::string op;  // e.g. "allreduce"; names the call in error messages
-  size_t bytes_sent = 0;   // this rank's payload bytes posted to the transport (node-aware
-                           // calls: between nodes; the steps inside the node count below)
+  std::string op;         // e.g. "allreduce"; names the call in error messages
+  size_t bytes_sent = 0;  // this rank's payload bytes posted to the transport (node-aware
+                          // calls: between nodes; the steps inside the node count below)
   size_t bytes_intra_node = 0;
   double codec_seconds = 0;  // time inside codec kernels (compressed algorithms)
 
@@ -48,8 +48,7 @@ struct Comm {
   std::unique_ptr<Request> post_recv(void* p, size_t bytes, int peer, uint32_t full_tag);
   // Waits within the call's deadline; failures are rethrown naming the op, rank and peer.
   void wait(Request& req, int peer, const char* what);
-  void wait_all(std::vector<std::unique_ptr<Request>>& reqs, const std::vector<int>& peers,
-                const char* what);
+  void wait_all(std::vector<std::unique_ptr<Request>>& reqs, const std::vector<int>& peers, const char* what);
   // The collective is lost: breaks the transport (so no late transfer touches memory being
   // freed and peers blocked on this rank fail now, not at timeout), then throws
   // DistBackendError "ringzip <op> (seq, rank of n): <what> rank <peer> failed: <cause>".

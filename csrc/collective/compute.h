@@ -31,11 +31,10 @@ class Compute {
                       const codec::RngKey& k, uint8_t* out) = 0;
   virtual void decode(const codec::Spec& s, const uint8_t* in, size_t bytes, int64_t n, int64_t off,
                       const codec::RngKey& k, float* out) = 0;
-  virtual void decode_accumulate(const codec::Spec& s, const uint8_t* in, size_t bytes, int64_t n,
-                                 int64_t off, const codec::RngKey& k, float* acc) = 0;
-  virtual void decode_add_encode(const codec::Spec& s, const uint8_t* in, size_t bytes, const float* local,
-                                 int64_t n, int64_t off, const codec::RngKey& dk, const codec::RngKey& ek,
-                                 uint8_t* out) = 0;
+  virtual void decode_accumulate(const codec::Spec& s, const uint8_t* in, size_t bytes, int64_t n, int64_t off,
+                                 const codec::RngKey& k, float* acc) = 0;
+  virtual void decode_add_encode(const codec::Spec& s, const uint8_t* in, size_t bytes, const float* local, int64_t n,
+                                 int64_t off, const codec::RngKey& dk, const codec::RngKey& ek, uint8_t* out) = 0;
   // The owner's step of SRA (codec::reduce_encode): where r is given acc += r (what earlier
   // calls owe), acc += decode(in[j]) for j = 0 .. m-1 in order (keys dk[j]), out = encode(acc)
   // (key ek), r = acc - decode(out) where r is given, acc = decode(out). Returns whether r is

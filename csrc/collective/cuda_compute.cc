@@ -110,8 +110,8 @@ class CudaCompute final : public Compute {
     codec::cuda::residual(sc.ctx, sp, in, bytes, x, n, off, k, r);
     return false;
   }
-  bool encode_feedback(const codec::Spec& sp, const float* x, float* r, int64_t n, int64_t off,
-                       const codec::RngKey& k, uint8_t* out, bool& finite) override {
+  bool encode_feedback(const codec::Spec& sp, const float* x, float* r, int64_t n, int64_t off, const codec::RngKey& k,
+                       uint8_t* out, bool& finite) override {
     Scratch sc(*this);
     codec::cuda::encode_feedback(sc.ctx, sp, x, r, n, off, k, out);
     finite = false;

@@ -80,16 +80,16 @@ class HostCompute final : public Compute {
   void drop_nonfinite(float* r, size_t n) override {
     if (!codec::all_finite(r, static_cast<int64_t>(n))) std::memset(r, 0, n * sizeof(float));
   }
-  void encode(const codec::Spec& s, codec::InType t, const void* x, int64_t n, int64_t off,
-              const codec::RngKey& k, uint8_t* out) override {
+  void encode(const codec::Spec& s, codec::InType t, const void* x, int64_t n, int64_t off, const codec::RngKey& k,
+              uint8_t* out) override {
     codec::encode(s, t, x, n, off, k, out);
   }
-  void decode(const codec::Spec& s, const uint8_t* in, size_t bytes, int64_t n, int64_t off,
-              const codec::RngKey& k, float* out) override {
+  void decode(const codec::Spec& s, const uint8_t* in, size_t bytes, int64_t n, int64_t off, const codec::RngKey& k,
+              float* out) override {
     codec::decode(s, in, bytes, n, off, k, out);
   }
-  bool encode_feedback(const codec::Spec& s, const float* x, float* r, int64_t n, int64_t off,
-                       const codec::RngKey& k, uint8_t* out, bool& finite) override {
+  bool encode_feedback(const codec::Spec& s, const float* x, float* r, int64_t n, int64_t off, const codec::RngKey& k,
+                       uint8_t* out, bool& finite) override {
     finite = codec::encode_feedback(s, x, r, n, off, k, out);
     return true;
   }

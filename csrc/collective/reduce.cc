@@ -31,11 +31,19 @@ template <typename H>
 struct HalfOps {
   static constexpr auto sum = [](H a, H b) { return H(float(a) + float(b)); };
   static constexpr auto prod = [](H a, H b) { return H(float(a) * float(b)); };
-  static constexpr auto min = [](H a, H b) { float x = a, y = b; return (x < y || x != x) ? a : b; };
-  static constexpr auto max = [](H a, H b) { float x = a, y = b; return (x > y || x != x) ? a : b; };
+  static constexpr auto min = [](H a, H b) {
+    float x = a, y = b;
+    return (x < y || x != x) ? a : b;
+  };
+  static constexpr auto max = [](H a, H b) {
+    float x = a, y = b;
+    return (x > y || x != x) ? a : b;
+  };
 };
-template <> struct Ops<c10::Half> : HalfOps<c10::Half> {};
-template <> struct Ops<c10::BFloat16> : HalfOps<c10::BFloat16> {};
+template <>
+struct Ops<c10::Half> : HalfOps<c10::Half> {};
+template <>
+struct Ops<c10::BFloat16> : HalfOps<c10::BFloat16> {};
 
 template <typename T, typename F>
 void apply(void* acc, const void* in, size_t n, F f) {
@@ -51,8 +59,8 @@ void reduce_arith(RedOp op, void* acc, const void* in, size_t n) {
     case RedOp::Prod: return apply<T>(acc, in, n, Ops<T>::prod);
     case RedOp::Min: return apply<T>(acc, in, n, Ops<T>::min);
     case RedOp::Max: return apply<T>(acc, in, n, Ops<T>::max);
-    default: throw std::invalid_argument(std::string("reduce op ") + redop_name(op) +
-                                         " needs an integer or bool dtype");
+    default:
+      throw std::invalid_argument(std::string("reduce op ") + redop_name(op) + " needs an integer or bool dtype");
   }
 }
 
@@ -81,8 +89,7 @@ void scale_as(void* data, size_t n, double factor) {
 }  // namespace
 
 const char* dtype_name(DType t) {
-  static const char* names[] = {"float32", "float64", "float16", "bfloat16", "int8",
-                                "uint8",   "int32",   "int64",   "bool"};
+  static const char* names[] = {"float32", "float64", "float16", "bfloat16", "int8", "uint8", "int32", "int64", "bool"};
   return names[static_cast<int>(t)];
 }
 

@@ -12,8 +12,12 @@ namespace ringzip {
 class Executor {
  public:
   Executor(Comm& c, const Schedule& s)
-      : c_(c), sch_(s), window_(lookahead(c, s.ahead)), grouped_(c.net.lookahead() <= 0),
-        recvs_(s.steps), reqs_(s.steps) {}
+      : c_(c),
+        sch_(s),
+        window_(lookahead(c, s.ahead)),
+        grouped_(c.net.lookahead() <= 0),
+        recvs_(s.steps),
+        reqs_(s.steps) {}
 
   void run() {
     for (int s = 0; s < sch_.steps; ++s) {
@@ -86,8 +90,7 @@ class Executor {
     } catch (...) {
       try {
         c_.net.group_end();
-      } catch (...) {
-      }
+      } catch (...) {}
       throw;
     }
     c_.net.group_end();
@@ -107,8 +110,8 @@ class Executor {
   const bool grouped_;
   std::vector<std::vector<Xfer>> recvs_;
   std::vector<std::vector<std::unique_ptr<Request>>> reqs_;
-  int posted_ = 0;                 // eager: steps whose receives are posted
-  std::vector<Xfer> pending_;      // grouped: sends made by the current body
+  int posted_ = 0;             // eager: steps whose receives are posted
+  std::vector<Xfer> pending_;  // grouped: sends made by the current body
   std::vector<std::unique_ptr<Request>> sends_;
   std::vector<Xfer> send_info_;
   size_t sends_waited_ = 0, earlier_sends_ = 0;

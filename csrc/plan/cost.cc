@@ -44,7 +44,7 @@ std::optional<LinkSample> link_sample(const Estimate& e, double seconds, double 
   const bool host_light = e.host_bound && e.wire < 0.25 * e.total;
   if (e.wire_bytes < kLinkSampleBytes || host_light || seconds - codec_seconds - e.latency < 0.25 * seconds) return {};
   const double R = seconds - e.latency, keep = 1 - e.overlap, C = compute;
-  double W = R - keep * C;                            // wire-bound: the codec's unhidden part adds to the wire
+  double W = R - keep * C;                          // wire-bound: the codec's unhidden part adds to the wire
   if (W < C) W = keep > 0.05 ? (R - C) / keep : 0;  // codec-bound: the wire's unhidden part adds
   if (W <= 0) return {};
   return LinkSample{e.host_bound, W / (e.host_bound ? e.host_bytes : e.wire_bytes)};
@@ -61,8 +61,7 @@ std::optional<double> call_sample(const Estimate& e, double seconds, double typi
   return std::max(0.0, seconds - (e.total - call));
 }
 
-Estimate combine(double messages, double wire_bytes, double compute, double overlap, const Link& l,
-                 double host_bytes) {
+Estimate combine(double messages, double wire_bytes, double compute, double overlap, const Link& l, double host_bytes) {
   Estimate e;
   e.messages = messages;
   e.wire_bytes = wire_bytes;
@@ -160,7 +159,8 @@ Estimate sparse(const codec::Spec& s, size_t count, int n, const Link& l, const 
   const double S = 4.0 * count, k = static_cast<double>(codec::k_for(s, static_cast<int64_t>(count)));
   const double pass = feedback ? cs.feedback : cs.encode;
   if (s.kind == codec::Kind::RandomK) {
-    Estimate e = dense_allreduce(best_dense(static_cast<size_t>(4 * (k + 1)), n, l), static_cast<size_t>(4 * (k + 1)), n, l);
+    Estimate e =
+        dense_allreduce(best_dense(static_cast<size_t>(4 * (k + 1)), n, l), static_cast<size_t>(4 * (k + 1)), n, l);
     return combine(e.messages, e.wire_bytes, e.compute + S * (pass + cs.decode), 0, l, e.host_bytes);
   }
   const double blocks = std::max(1.0, std::min(ceil_div(count, 1 << 20), 4096.0));

@@ -33,10 +33,10 @@ namespace ringzip::cost {
 // through its transport (every rank's bytes, averaged over the ranks, at inv_host): on 2 cores
 // running 4 ranks over loopback the star's root is no bottleneck, the cores are.
 struct Link {
-  double alpha = 50e-6;        // seconds per message on the critical path (latency, wake-ups)
-  double inv_bw = 1.0 / 1e9;   // seconds per byte through one rank's link (each direction)
-  double reduce = 1.0 / 4e9;   // seconds per byte of an element-wise float32 reduction (acc += x)
-  double inv_host = 0;         // seconds per byte of the ranks' average traffic (shared host)
+  double alpha = 50e-6;       // seconds per message on the critical path (latency, wake-ups)
+  double inv_bw = 1.0 / 1e9;  // seconds per byte through one rank's link (each direction)
+  double reduce = 1.0 / 4e9;  // seconds per byte of an element-wise float32 reduction (acc += x)
+  double inv_host = 0;        // seconds per byte of the ranks' average traffic (shared host)
   // Seconds every call costs beyond its messages and bytes: hand-offs between threads, ranks on
   // shared cores waiting for each other and for a core (measured from small calls, tuner.cc).
   double call = 0;
@@ -132,8 +132,8 @@ Estimate predict(const codec::Spec& s, CompressedAlgo a, AllreduceAlgo dense, co
 // One way to run a call: a candidate codec (index into the candidates) with an algorithm.
 struct Option {
   size_t candidate = 0;
-  CompressedAlgo algo = CompressedAlgo::Sra;    // compressed candidates
-  AllreduceAlgo dense = AllreduceAlgo::Ring;    // the exact candidate
+  CompressedAlgo algo = CompressedAlgo::Sra;  // compressed candidates
+  AllreduceAlgo dense = AllreduceAlgo::Ring;  // the exact candidate
   Estimate est;
 };
 // codec="auto" (plan/cost_options.cc): every candidate (least lossy first, speeds[i] its

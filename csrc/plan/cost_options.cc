@@ -35,9 +35,12 @@ std::vector<Option> codec_options(const std::vector<codec::Spec>& candidates, co
     const codec::Spec& s = candidates[i];
     if (s.kind == codec::Kind::None) {
       std::vector<AllreduceAlgo> dense = {p.dense};
-      if (p.reduce_scatter) dense = {AllreduceAlgo::Ring};  // the exact reduce-scatter is the ring's
-      else if (p.dense == AllreduceAlgo::Auto) dense = dense_candidates();
-      for (AllreduceAlgo d : dense) out.push_back({i, CompressedAlgo::Sra, d, predict(s, CompressedAlgo::Sra, d, p, l, {})});
+      if (p.reduce_scatter)
+        dense = {AllreduceAlgo::Ring};  // the exact reduce-scatter is the ring's
+      else if (p.dense == AllreduceAlgo::Auto)
+        dense = dense_candidates();
+      for (AllreduceAlgo d : dense)
+        out.push_back({i, CompressedAlgo::Sra, d, predict(s, CompressedAlgo::Sra, d, p, l, {})});
       continue;
     }
     std::vector<CompressedAlgo> algos = {resolve_compressed(s, p.algo)};

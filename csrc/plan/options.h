@@ -31,7 +31,7 @@ struct CompressionConfig {
   std::string codec = "none";
   int64_t bucket_size = 512;
   bool stochastic = true;
-  int64_t min_numel = 65536;  // 256 KiB of float32: below, compression loses to dense (bench/results)
+  int64_t min_numel = 65536;           // 256 KiB of float32: below, compression loses to dense (bench/results)
   std::optional<bool> error_feedback;  // nullopt: on for biased codecs
   uint64_t seed = 0;
   CompressedAlgo algorithm = CompressedAlgo::Auto;

@@ -42,8 +42,8 @@ struct Plan {
   AllreduceAlgo dense = AllreduceAlgo::Ring;  // the exact algorithm (concrete once settled)
   bool nccl = false;                          // CUDA: NCCL's own kernel runs the exact call
   const NodeLayout* nodes = nullptr;          // node-aware over these nodes, else flat
-  Tuner::Plan choice;  // the tuner's decision (choice.key empty: none was asked)
-  bool observed = false;  // the call's time goes back to the tuner (Planner::timed)
+  Tuner::Plan choice;                         // the tuner's decision (choice.key empty: none was asked)
+  bool observed = false;                      // the call's time goes back to the tuner (Planner::timed)
 };
 
 // The calling thread's codec for the calls it issues (ringzip.exact(), ringzip.compress(...)):

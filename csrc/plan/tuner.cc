@@ -160,9 +160,9 @@ void Tuner::agree(Comm& c, const std::vector<CodecCandidate>* candidates) {
   const bool model_only = inj && !told_times;
   const double alpha = probe_alpha_ > 0 ? probe_alpha_ : link_.alpha;
   std::vector<double> v = {inj ? inj->first : alpha, inj ? inj->second : least(inv_bw_, link_.inv_bw),
-                           host_reduce_speed(), least(codec_scale_, 1.0), model_only ? 1.0 : 0.0,
-                           inj ? 0.0 : least(inv_host_, link_.inv_host), agree_seconds_,
-                           inj ? 0.0 : way_price(call_)};
+                           host_reduce_speed(),      least(codec_scale_, 1.0),
+                           model_only ? 1.0 : 0.0,   inj ? 0.0 : least(inv_host_, link_.inv_host),
+                           agree_seconds_,           inj ? 0.0 : way_price(call_)};
   constexpr size_t kFixed = 8, kCall = 7;
   for (const auto& [key, old] : remeasure_) {  // every rank switched at the same call
     std::deque<double>& w = seconds_[key];
@@ -286,7 +286,8 @@ void Tuner::follow_changes(const std::map<std::string, double>& before) {
     jumps_.erase(jump);
   }
   // A look that found no running way with new times (they went to tries): the jump passes.
-  for (auto it = jumps_.begin(); it != jumps_.end();) it = it->second.times >= kSamples ? jumps_.erase(it) : std::next(it);
+  for (auto it = jumps_.begin(); it != jumps_.end();)
+    it = it->second.times >= kSamples ? jumps_.erase(it) : std::next(it);
   changes_ += changed.size();
   for (const auto& [prefix, c] : changed) changed_classes_.insert(prefix);
   for (auto& [key, m] : measured_) {
@@ -315,8 +316,7 @@ void Tuner::maybe_refresh(Comm& c, const std::vector<CodecCandidate>* candidates
   // A way just tried for the first time at its size is agreed at once: its measurement decides.
   if (missing || since_ >= kMaxCalls || (!pending_.empty() && since_ >= 1) ||
       (since_ >= kMinCalls && predicted_since_ >= kCostRatio * cost) ||
-      (switched_ && since_ >= kSamples && predicted_since_ >= kSwitchCostRatio * cost) ||
-      looks_due())
+      (switched_ && since_ >= kSamples && predicted_since_ >= kSwitchCostRatio * cost) || looks_due())
     agree(c, candidates);
 }
 

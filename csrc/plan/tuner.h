@@ -57,10 +57,10 @@ class Tuner {
     size_t segment_elems = 0;                   // SRA's (cost::sra_segment_elems); 0: the default
     cost::Estimate est;                         // the model's
     double predicted = 0;                       // what the choice used (calibrated where measured)
-    double codec_raw = 0;  // codec seconds predicted from the micro-benchmarks alone
-    std::string key;       // calibration key: size class and way
-    std::string way;       // the way's name (key without the size class)
-    bool tried = false;    // run to be measured (exploration, tour, or a warmed way's timed rerun), not for its price
+    double codec_raw = 0;                       // codec seconds predicted from the micro-benchmarks alone
+    std::string key;                            // calibration key: size class and way
+    std::string way;                            // the way's name (key without the size class)
+    bool tried = false;  // run to be measured (exploration, tour, or a warmed way's timed rerun), not for its price
     size_t bytes = 0;
     // Whether the call's time may refine alpha and the link rates: every way but the tree's
     // pipeline and top-k's selection, whose models are too rough (their mistakes would land in
@@ -100,7 +100,7 @@ class Tuner {
   // For stats()["auto"]: choices, agreed parameters, the last call's predictions.
   struct Summary {
     uint64_t calls = 0, refreshes = 0, explorations = 0, tours = 0;
-    uint64_t changes = 0;  // lasting changes seen (the running way's price grew 2x: tuner.cc kChange)
+    uint64_t changes = 0;        // lasting changes seen (the running way's price grew 2x: tuner.cc kChange)
     double refresh_seconds = 0;  // agreed: what the last refresh took
     std::map<std::string, uint64_t> codec_choices, algorithm_choices, way_choices;
     cost::Link link;
@@ -155,19 +155,19 @@ class Tuner {
   // Local (this rank's) samples, the last few of each: their least (link figures) or median
   // (a way's times, way_price) is what this rank offers.
   std::deque<double> inv_bw_, inv_host_, codec_scale_;
-  double probe_alpha_ = 0;   // the probe's per-message time (0: none yet, the default's)
-  std::deque<double> call_;  // the per-call cost's samples (learn), their median offered
+  double probe_alpha_ = 0;                             // the probe's per-message time (0: none yet, the default's)
+  std::deque<double> call_;                            // the per-call cost's samples (learn), their median offered
   std::map<std::string, std::deque<double>> seconds_;  // per calibration key
-  std::map<std::string, size_t> sample_bytes_;          // the size of a key's last sample
-  std::map<std::string, double> sample_wire_;           // and the model's bytes through the busiest link
-  std::set<std::string> dirty_, pending_;               // keys sampled / explored since the last refresh
-  std::set<std::string> toured_;                        // keys the tour (or an exploration) ran once
+  std::map<std::string, size_t> sample_bytes_;         // the size of a key's last sample
+  std::map<std::string, double> sample_wire_;          // and the model's bytes through the busiest link
+  std::set<std::string> dirty_, pending_;              // keys sampled / explored since the last refresh
+  std::set<std::string> toured_;                       // keys the tour (or an exploration) ran once
   // A switch to another measured way re-measures it: its samples from before the switch are
   // dropped at the next refresh (once a new one came). Key -> how many to drop.
   std::map<std::string, size_t> remeasure_;
-  bool switched_ = false;  // a switch by price since the last refresh (agreed: choices are)
-  std::map<std::string, std::string> incumbent_;        // size class prefix -> the way chosen last
-  std::set<std::string> changed_classes_;               // size classes after a change: every candidate runs once
+  bool switched_ = false;                         // a switch by price since the last refresh (agreed: choices are)
+  std::map<std::string, std::string> incumbent_;  // size class prefix -> the way chosen last
+  std::set<std::string> changed_classes_;         // size classes after a change: every candidate runs once
   // A jump of a running way's price, by size class, for the look that confirms it: the way, its
   // price before, and the class's timed calls since (the look waits for kSamples of them).
   struct Jump {
@@ -181,8 +181,8 @@ class Tuner {
   // runs the way again (rerun_), timed.
   std::set<std::string> warmed_;
   std::string rerun_;
-  std::map<std::string, double> injected_times_;        // guarded by mu_ (set from Python)
-  std::optional<std::pair<double, double>> injected_;   // guarded by mu_ (set from Python)
+  std::map<std::string, double> injected_times_;       // guarded by mu_ (set from Python)
+  std::optional<std::pair<double, double>> injected_;  // guarded by mu_ (set from Python)
   // Agreed: the same on every rank.
   struct Measured {
     double seconds = 0;

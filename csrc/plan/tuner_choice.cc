@@ -105,7 +105,7 @@ size_t Tuner::choose(const Shape& s, const Ways& w, std::vector<double>& used, s
     const size_t inc = std::find(w.names.begin(), w.names.end(), last) - w.names.begin();
     if (inc < w.names.size() && fresh[inc] && used[inc] <= kKeep * used[best]) best = inc;
   }
-  tried = false;  // chosen to be measured, not by its price
+  tried = false;                                     // chosen to be measured, not by its price
   if (calibrated && rerun_.rfind(prefix, 0) == 0) {  // the way whose untimed first call ran last here
     const size_t again = std::find(w.names.begin(), w.names.end(), rerun_.substr(prefix.size())) - w.names.begin();
     rerun_.clear();

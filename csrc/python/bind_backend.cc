@@ -67,10 +67,10 @@ py::dict auto_state(const Tuner::Summary& s) {
   last["bytes"] = s.last_bytes;
   last["choice"] = s.last_choice;
   last["way"] = s.last_way;
-  last["tried"] = s.last_tried;  // run to measure the way (exploration, tour), not for its price
+  last["tried"] = s.last_tried;                  // run to measure the way (exploration, tour), not for its price
   last["segment_elems"] = s.last_segment_elems;  // SRA's segment length (0: not SRA)
-  last["predicted_s"] = s.last_predicted;  // what the choice used: measured where it could
-  last["model_s"] = s.last_model;          // the model alone
+  last["predicted_s"] = s.last_predicted;        // what the choice used: measured where it could
+  last["model_s"] = s.last_model;                // the model alone
   d["last"] = last;
   return d;
 }
@@ -134,29 +134,29 @@ void bind_backend(py::module_& m) {
            py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("broken_reason", &RingzipBackend::broken_reason)
       // Every option at once (ringzip.set_options): all are parsed and checked before any applies.
-      .def("configure",
-           [](RingzipBackend& b, const std::string& algorithm, const std::string& check, const std::string& codec,
-              int64_t bucket_size, bool stochastic, int64_t min_numel, std::optional<bool> error_feedback,
-              uint64_t seed, const std::string& compressed_algorithm, int64_t topk_block,
-              const std::string& hierarchy) {
-             CompressionConfig cc;
-             cc.codec = codec;
-             cc.bucket_size = bucket_size;
-             cc.stochastic = stochastic;
-             cc.min_numel = min_numel;
-             cc.error_feedback = error_feedback;
-             cc.seed = seed;
-             cc.topk_block = topk_block;
-             try {
-               cc.algorithm = parse_compressed_algo(compressed_algorithm);
-               b.configure(parse_algorithm(algorithm), parse_check(check), std::move(cc), parse_hierarchy(hierarchy));
-             } catch (const std::invalid_argument& e) {
-               throw py::value_error(std::string("ringzip: ") + e.what());
-             }
-           },
-           py::arg("algorithm"), py::arg("check"), py::arg("codec"), py::arg("bucket_size"), py::arg("stochastic"),
-           py::arg("min_numel"), py::arg("error_feedback"), py::arg("seed"), py::arg("compressed_algorithm"),
-           py::arg("topk_block"), py::arg("hierarchy") = "auto")
+      .def(
+          "configure",
+          [](RingzipBackend& b, const std::string& algorithm, const std::string& check, const std::string& codec,
+             int64_t bucket_size, bool stochastic, int64_t min_numel, std::optional<bool> error_feedback, uint64_t seed,
+             const std::string& compressed_algorithm, int64_t topk_block, const std::string& hierarchy) {
+            CompressionConfig cc;
+            cc.codec = codec;
+            cc.bucket_size = bucket_size;
+            cc.stochastic = stochastic;
+            cc.min_numel = min_numel;
+            cc.error_feedback = error_feedback;
+            cc.seed = seed;
+            cc.topk_block = topk_block;
+            try {
+              cc.algorithm = parse_compressed_algo(compressed_algorithm);
+              b.configure(parse_algorithm(algorithm), parse_check(check), std::move(cc), parse_hierarchy(hierarchy));
+            } catch (const std::invalid_argument& e) {
+              throw py::value_error(std::string("ringzip: ") + e.what());
+            }
+          },
+          py::arg("algorithm"), py::arg("check"), py::arg("codec"), py::arg("bucket_size"), py::arg("stochastic"),
+          py::arg("min_numel"), py::arg("error_feedback"), py::arg("seed"), py::arg("compressed_algorithm"),
+          py::arg("topk_block"), py::arg("hierarchy") = "auto")
       // What the C++ side applies (tests read it to see that a rejected change left it as it was).
       .def("settings",
            [](const RingzipBackend& b) {
@@ -178,17 +178,18 @@ void bind_backend(py::module_& m) {
       // The node of every rank (ringzip._registry computes it from the ranks' node keys) and,
       // with `shm_store`, a shared-memory transport among this rank's node (local_transport).
       // Returns why shared memory is not used ("" when it is, or was not asked for).
-      .def("set_topology",
-           [](RingzipBackend& b, const std::vector<int>& node_of,
-              const std::optional<c10::intrusive_ptr<c10d::Store>>& shm_store, std::chrono::milliseconds timeout) {
-             std::string why;
-             std::unique_ptr<Transport> local;
-             if (shm_store && *shm_store) local = local_transport(node_of, b.getRank(), *shm_store, timeout, why);
-             b.set_topology(node_of, std::move(local));
-             return why;
-           },
-           py::arg("node_of"), py::arg("shm_store") = py::none(), py::arg("timeout") = std::chrono::milliseconds(60000),
-           py::call_guard<py::gil_scoped_release>())
+      .def(
+          "set_topology",
+          [](RingzipBackend& b, const std::vector<int>& node_of,
+             const std::optional<c10::intrusive_ptr<c10d::Store>>& shm_store, std::chrono::milliseconds timeout) {
+            std::string why;
+            std::unique_ptr<Transport> local;
+            if (shm_store && *shm_store) local = local_transport(node_of, b.getRank(), *shm_store, timeout, why);
+            b.set_topology(node_of, std::move(local));
+            return why;
+          },
+          py::arg("node_of"), py::arg("shm_store") = py::none(), py::arg("timeout") = std::chrono::milliseconds(60000),
+          py::call_guard<py::gil_scoped_release>())
       .def("topology",
            [](const RingzipBackend& b) {
              const NodeLayout& lay = b.layout();
@@ -227,13 +228,15 @@ void bind_backend(py::module_& m) {
       // stats()["auto"]: what algorithm="auto" and codec="auto" chose and from which agreed figures.
       .def("auto_state", [](RingzipBackend& b) { return auto_state(b.tuner().summary()); })
       // Test hook: this rank's link measurements read as (alpha s/message, inv_bw s/byte); None: measured.
-      .def("_tuner_inject",
-           [](RingzipBackend& b, std::optional<std::pair<double, double>> link) { b.tuner().inject(link); },
-           py::arg("link"))
+      .def(
+          "_tuner_inject",
+          [](RingzipBackend& b, std::optional<std::pair<double, double>> link) { b.tuner().inject(link); },
+          py::arg("link"))
       // Test hook: a call run one of these ways is recorded as taking these seconds; {}: measured.
-      .def("_tuner_inject_times",
-           [](RingzipBackend& b, std::map<std::string, double> seconds) { b.tuner().inject_times(std::move(seconds)); },
-           py::arg("seconds"))
+      .def(
+          "_tuner_inject_times",
+          [](RingzipBackend& b, std::map<std::string, double> seconds) { b.tuner().inject_times(std::move(seconds)); },
+          py::arg("seconds"))
       .def("residual_bytes", [](RingzipBackend& b) { return b.compression_state().residual_bytes(); })
       // (calls, [(last_use, bound, residual), ...] by last use): Compression::State
       .def("error_feedback_state",

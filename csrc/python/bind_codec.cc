@@ -37,7 +37,8 @@ void check_payload(const at::Tensor& p) {
 at::Tensor payload_out(const std::optional<at::Tensor>& out, int64_t bytes) {
   if (!out) return at::empty({bytes}, at::kByte);
   check_payload(*out);
-  if (out->numel() != bytes) bad("out must have " + std::to_string(bytes) + " bytes, got " + std::to_string(out->numel()));
+  if (out->numel() != bytes)
+    bad("out must have " + std::to_string(bytes) + " bytes, got " + std::to_string(out->numel()));
   return *out;
 }
 cd::RngKey key_of(uint64_t seed, uint32_t seq, uint32_t stream) { return cd::RngKey{seed, seq, stream}; }
@@ -76,20 +77,20 @@ at::Tensor decode(const std::string& spec, const at::Tensor& payload, int64_t n,
   return out;
 }
 
-void decode_accumulate(const std::string& spec, const at::Tensor& payload, at::Tensor& acc, uint64_t seed,
-                       uint32_t seq, uint32_t stream, int64_t off, int64_t bucket) {
+void decode_accumulate(const std::string& spec, const at::Tensor& payload, at::Tensor& acc, uint64_t seed, uint32_t seq,
+                       uint32_t stream, int64_t off, int64_t bucket) {
   cd::Spec sp = cd::parse(spec, bucket, true);
   check_payload(payload);
   check_f32(acc, "acc");
   check_offset(off);
   py::gil_scoped_release nogil;
-  cd::decode_accumulate(sp, payload.data_ptr<uint8_t>(), payload.numel(), acc.numel(), off,
-                        key_of(seed, seq, stream), acc.data_ptr<float>());
+  cd::decode_accumulate(sp, payload.data_ptr<uint8_t>(), payload.numel(), acc.numel(), off, key_of(seed, seq, stream),
+                        acc.data_ptr<float>());
 }
 
-at::Tensor decode_add_encode(const std::string& spec, const at::Tensor& payload, const at::Tensor& local,
-                             uint64_t seed, uint32_t seq, uint32_t dec_stream, uint32_t enc_stream, int64_t off,
-                             int64_t bucket, bool stochastic, std::optional<at::Tensor> out_opt) {
+at::Tensor decode_add_encode(const std::string& spec, const at::Tensor& payload, const at::Tensor& local, uint64_t seed,
+                             uint32_t seq, uint32_t dec_stream, uint32_t enc_stream, int64_t off, int64_t bucket,
+                             bool stochastic, std::optional<at::Tensor> out_opt) {
   cd::Spec sp = cd::parse(spec, bucket, stochastic);
   check_payload(payload);
   check_f32(local, "local");
@@ -154,19 +155,18 @@ at::Tensor topk_feedback(const std::string& spec, at::Tensor& x, at::Tensor& r) 
 void bind_codec(py::module_& m) {
   py::module_ c = m.def_submodule("codec", "ringzip codec kernels (CPU); see docs/wire-format.md");
   using namespace py::literals;
-  c.def("encode", &encode, "spec"_a, "x"_a, "seed"_a, "seq"_a, "stream"_a, "elem_offset"_a = 0,
-        "bucket"_a = 512, "stochastic"_a = true, "out"_a = py::none(),
+  c.def("encode", &encode, "spec"_a, "x"_a, "seed"_a, "seq"_a, "stream"_a, "elem_offset"_a = 0, "bucket"_a = 512,
+        "stochastic"_a = true, "out"_a = py::none(),
         "Encode x (float32/float16/bfloat16, contiguous) -> uint8 payload (into `out` when given).");
   c.def("decode", &decode, "spec"_a, "payload"_a, "n"_a, "seed"_a, "seq"_a, "stream"_a, "elem_offset"_a = 0,
         "bucket"_a = 512, "Decode a payload of n elements -> float32 tensor.");
   c.def("decode_accumulate", &decode_accumulate, "spec"_a, "payload"_a, "acc"_a, "seed"_a, "seq"_a, "stream"_a,
         "elem_offset"_a = 0, "bucket"_a = 512, "acc += decode(payload), acc float32 contiguous (in place).");
-  c.def("decode_add_encode", &decode_add_encode, "spec"_a, "payload"_a, "local"_a, "seed"_a, "seq"_a,
-        "dec_stream"_a, "enc_stream"_a, "elem_offset"_a = 0, "bucket"_a = 512, "stochastic"_a = true,
-        "out"_a = py::none(),
+  c.def("decode_add_encode", &decode_add_encode, "spec"_a, "payload"_a, "local"_a, "seed"_a, "seq"_a, "dec_stream"_a,
+        "enc_stream"_a, "elem_offset"_a = 0, "bucket"_a = 512, "stochastic"_a = true, "out"_a = py::none(),
         "encode(decode(payload) + local), keys (seed, seq, dec_stream) and (seed, seq, enc_stream).");
-  c.def("encode_feedback", &encode_feedback, "spec"_a, "x"_a, "r"_a, "seed"_a, "seq"_a, "stream"_a,
-        "elem_offset"_a = 0, "bucket"_a = 512, "stochastic"_a = true,
+  c.def("encode_feedback", &encode_feedback, "spec"_a, "x"_a, "r"_a, "seed"_a, "seq"_a, "stream"_a, "elem_offset"_a = 0,
+        "bucket"_a = 512, "stochastic"_a = true,
         "Error feedback on an encode: payload = encode(x + r), then r = x + r - decode(payload) in place; "
         "returns (payload, whether r is finite).");
   c.def("residual", &residual, "spec"_a, "payload"_a, "x"_a, "seed"_a, "seq"_a, "stream"_a, "elem_offset"_a = 0,
@@ -175,17 +175,23 @@ void bind_codec(py::module_& m) {
         "to be finite).");
   c.def("topk_feedback", &topk_feedback, "spec"_a, "x"_a, "r"_a,
         "Top-k with error feedback in one pass (in place): r += x, x = 0, payload = encode(r), r -= decode(payload).");
-  c.def("encoded_bytes", [](const std::string& spec, int64_t n, int64_t bucket) {
-          if (n < 0) bad("n must be >= 0");
-          return cd::encoded_bytes(cd::parse(spec, bucket, true), n);
-        }, "spec"_a, "n"_a, "bucket"_a = 512);
-  c.def("k_for", [](const std::string& spec, int64_t n) { return cd::k_for(cd::parse(spec, 512, true), n); },
-        "spec"_a, "n"_a);
-  c.def("biased", [](const std::string& spec, bool stochastic) { return cd::biased(cd::parse(spec, 512, stochastic)); },
-        "spec"_a, "stochastic"_a = true);
+  c.def(
+      "encoded_bytes",
+      [](const std::string& spec, int64_t n, int64_t bucket) {
+        if (n < 0) bad("n must be >= 0");
+        return cd::encoded_bytes(cd::parse(spec, bucket, true), n);
+      },
+      "spec"_a, "n"_a, "bucket"_a = 512);
+  c.def(
+      "k_for", [](const std::string& spec, int64_t n) { return cd::k_for(cd::parse(spec, 512, true), n); }, "spec"_a,
+      "n"_a);
+  c.def(
+      "biased", [](const std::string& spec, bool stochastic) { return cd::biased(cd::parse(spec, 512, stochastic)); },
+      "spec"_a, "stochastic"_a = true);
   c.def("name", [](const std::string& spec) { return cd::name(cd::parse(spec, 512, true)); }, "spec"_a);
-  c.def("quant_kernels", [] { return std::string(cd::quant_kernels()); },
-        "The fused q8/q4/q2 kernels in use: 'avx512', 'avx2' or 'portable' (RINGZIP_QUANT_KERNELS picks one).");
+  c.def(
+      "quant_kernels", [] { return std::string(cd::quant_kernels()); },
+      "The fused q8/q4/q2 kernels in use: 'avx512', 'avx2' or 'portable' (RINGZIP_QUANT_KERNELS picks one).");
   // Version of the codecs' bits (codec/codec.h): 2 = one Philox byte of dither per element.
   c.attr("codec_version") = cd::kCodecVersion;
 }

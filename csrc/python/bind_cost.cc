@@ -49,114 +49,128 @@ CompressionConfig parsed(const std::string& setting, int64_t bucket) {
 
 void bind_cost(py::module_& m) {
   auto c = m.def_submodule("cost", "the cost model behind algorithm='auto' and codec='auto'");
-  c.def("predict_dense",
-        [](const std::string& algorithm, size_t bytes, int n, double alpha, double inv_bw, double reduce,
-           double inv_host, double call) {
-          return as_dict(
-              cost::dense_allreduce(parse_algorithm(algorithm), bytes, n, {alpha, inv_bw, reduce, inv_host, call}));
-        },
-        py::arg("algorithm"), py::arg("bytes"), py::arg("n"), py::arg("alpha"), py::arg("inv_bw"),
-        py::arg("reduce") = cost::Link{}.reduce, py::arg("inv_host") = 0.0, py::arg("call") = 0.0);
-  c.def("dense_candidates", [] {
-    std::vector<std::string> out;
-    for (AllreduceAlgo a : cost::dense_candidates()) out.push_back(algorithm_name(a));
-    return out;
-  }, "the dense algorithms algorithm=\"auto\" chooses among, in the order ties go");
-  c.def("best_dense",
-        [](size_t bytes, int n, double alpha, double inv_bw, double reduce, double inv_host) {
-          return std::string(algorithm_name(cost::best_dense(bytes, n, {alpha, inv_bw, reduce, inv_host})));
-        },
-        py::arg("bytes"), py::arg("n"), py::arg("alpha"), py::arg("inv_bw"), py::arg("reduce") = cost::Link{}.reduce,
-        py::arg("inv_host") = 0.0);
-  c.def("predict",
-        [](const std::string& codec, const std::string& algorithm, size_t bytes, int n, double alpha, double inv_bw,
-           double reduce, const Speeds& speed, bool feedback, bool reduce_scatter, int64_t bucket) {
-          const CompressionConfig cc = parsed(codec, bucket);
-          const cost::Problem p{bytes, n, reduce_scatter, feedback, parse_compressed_algo(algorithm), AllreduceAlgo::Auto};
-          const cost::Link l{alpha, inv_bw, reduce};
-          return as_dict(cost::predict(cc.spec(), p.algo, cost::best_dense(bytes, n, l), p, l, speed_of(speed)));
-        },
-        py::arg("codec"), py::arg("algorithm"), py::arg("bytes"), py::arg("n"), py::arg("alpha"), py::arg("inv_bw"),
-        py::arg("reduce"), py::arg("speed"), py::arg("feedback") = false, py::arg("reduce_scatter") = false,
-        py::arg("bucket") = 512);
-  c.def("sra_segment_elems",
-        [](const std::string& codec, size_t bytes, int n, double alpha, double inv_bw, const Speeds& speed,
-           bool feedback, bool reduce_scatter) {
-          const CompressionConfig cc = parsed(codec, 512);
-          const cost::Problem p{bytes, n, reduce_scatter, feedback, CompressedAlgo::Sra, AllreduceAlgo::Ring};
-          return cost::sra_segment_elems(
-              cost::predict(cc.spec(), CompressedAlgo::Sra, AllreduceAlgo::Ring, p, {alpha, inv_bw}, speed_of(speed)));
-        },
-        py::arg("codec"), py::arg("bytes"), py::arg("n"), py::arg("alpha"), py::arg("inv_bw"), py::arg("speed"),
-        py::arg("feedback") = false, py::arg("reduce_scatter") = false,
-        "SRA's segment length (elements) its plan sets for such a call (cost.h)");
+  c.def(
+      "predict_dense",
+      [](const std::string& algorithm, size_t bytes, int n, double alpha, double inv_bw, double reduce, double inv_host,
+         double call) {
+        return as_dict(
+            cost::dense_allreduce(parse_algorithm(algorithm), bytes, n, {alpha, inv_bw, reduce, inv_host, call}));
+      },
+      py::arg("algorithm"), py::arg("bytes"), py::arg("n"), py::arg("alpha"), py::arg("inv_bw"),
+      py::arg("reduce") = cost::Link{}.reduce, py::arg("inv_host") = 0.0, py::arg("call") = 0.0);
+  c.def(
+      "dense_candidates",
+      [] {
+        std::vector<std::string> out;
+        for (AllreduceAlgo a : cost::dense_candidates()) out.push_back(algorithm_name(a));
+        return out;
+      },
+      "the dense algorithms algorithm=\"auto\" chooses among, in the order ties go");
+  c.def(
+      "best_dense",
+      [](size_t bytes, int n, double alpha, double inv_bw, double reduce, double inv_host) {
+        return std::string(algorithm_name(cost::best_dense(bytes, n, {alpha, inv_bw, reduce, inv_host})));
+      },
+      py::arg("bytes"), py::arg("n"), py::arg("alpha"), py::arg("inv_bw"), py::arg("reduce") = cost::Link{}.reduce,
+      py::arg("inv_host") = 0.0);
+  c.def(
+      "predict",
+      [](const std::string& codec, const std::string& algorithm, size_t bytes, int n, double alpha, double inv_bw,
+         double reduce, const Speeds& speed, bool feedback, bool reduce_scatter, int64_t bucket) {
+        const CompressionConfig cc = parsed(codec, bucket);
+        const cost::Problem p{
+            bytes, n, reduce_scatter, feedback, parse_compressed_algo(algorithm), AllreduceAlgo::Auto};
+        const cost::Link l{alpha, inv_bw, reduce};
+        return as_dict(cost::predict(cc.spec(), p.algo, cost::best_dense(bytes, n, l), p, l, speed_of(speed)));
+      },
+      py::arg("codec"), py::arg("algorithm"), py::arg("bytes"), py::arg("n"), py::arg("alpha"), py::arg("inv_bw"),
+      py::arg("reduce"), py::arg("speed"), py::arg("feedback") = false, py::arg("reduce_scatter") = false,
+      py::arg("bucket") = 512);
+  c.def(
+      "sra_segment_elems",
+      [](const std::string& codec, size_t bytes, int n, double alpha, double inv_bw, const Speeds& speed, bool feedback,
+         bool reduce_scatter) {
+        const CompressionConfig cc = parsed(codec, 512);
+        const cost::Problem p{bytes, n, reduce_scatter, feedback, CompressedAlgo::Sra, AllreduceAlgo::Ring};
+        return cost::sra_segment_elems(
+            cost::predict(cc.spec(), CompressedAlgo::Sra, AllreduceAlgo::Ring, p, {alpha, inv_bw}, speed_of(speed)));
+      },
+      py::arg("codec"), py::arg("bytes"), py::arg("n"), py::arg("alpha"), py::arg("inv_bw"), py::arg("speed"),
+      py::arg("feedback") = false, py::arg("reduce_scatter") = false,
+      "SRA's segment length (elements) its plan sets for such a call (cost.h)");
   // What a measured exact call teaches about the link (tuner.cc learn; cost.h link_sample):
   // ("link" or "host", seconds per byte), or None.
-  c.def("link_sample_dense",
-        [](const std::string& algorithm, size_t bytes, int n, double alpha, double inv_bw, double inv_host,
-           double seconds) -> std::optional<std::pair<std::string, double>> {
-          const cost::Link l{alpha, inv_bw, cost::Link{}.reduce, inv_host};
-          const cost::Estimate e = cost::dense_allreduce(parse_algorithm(algorithm), bytes, n, l);
-          const auto w = cost::link_sample(e, seconds, 0, e.compute);
-          if (!w) return std::nullopt;
-          return std::make_pair(std::string(w->host ? "host" : "link"), w->seconds_per_byte);
-        },
-        py::arg("algorithm"), py::arg("bytes"), py::arg("n"), py::arg("alpha"), py::arg("inv_bw"),
-        py::arg("inv_host"), py::arg("seconds"));
+  c.def(
+      "link_sample_dense",
+      [](const std::string& algorithm, size_t bytes, int n, double alpha, double inv_bw, double inv_host,
+         double seconds) -> std::optional<std::pair<std::string, double>> {
+        const cost::Link l{alpha, inv_bw, cost::Link{}.reduce, inv_host};
+        const cost::Estimate e = cost::dense_allreduce(parse_algorithm(algorithm), bytes, n, l);
+        const auto w = cost::link_sample(e, seconds, 0, e.compute);
+        if (!w) return std::nullopt;
+        return std::make_pair(std::string(w->host ? "host" : "link"), w->seconds_per_byte);
+      },
+      py::arg("algorithm"), py::arg("bytes"), py::arg("n"), py::arg("alpha"), py::arg("inv_bw"), py::arg("inv_host"),
+      py::arg("seconds"));
   // What a measured exact call teaches about the per-call cost (cost.h call_sample): seconds or None.
-  c.def("call_sample_dense",
-        [](const std::string& algorithm, size_t bytes, int n, double alpha, double inv_bw, double call, double seconds,
-           double typical) -> std::optional<double> {
-          const cost::Estimate e =
-              cost::dense_allreduce(parse_algorithm(algorithm), bytes, n, {alpha, inv_bw, cost::Link{}.reduce, 0.0, call});
-          return cost::call_sample(e, seconds, typical, e.compute, call);
-        },
-        py::arg("algorithm"), py::arg("bytes"), py::arg("n"), py::arg("alpha"), py::arg("inv_bw"), py::arg("call"),
-        py::arg("seconds"), py::arg("typical"));
-  c.def("candidates",
-        [](const std::string& setting) {
-          std::vector<std::string> out;
-          for (const auto& cand : parsed(setting, 512).candidates) out.push_back(cand.name);
-          return out;
-        },
-        py::arg("codec"), "the candidates of a codec='auto...' setting, exact first; [] for a fixed codec");
+  c.def(
+      "call_sample_dense",
+      [](const std::string& algorithm, size_t bytes, int n, double alpha, double inv_bw, double call, double seconds,
+         double typical) -> std::optional<double> {
+        const cost::Estimate e = cost::dense_allreduce(parse_algorithm(algorithm), bytes, n,
+                                                       {alpha, inv_bw, cost::Link{}.reduce, 0.0, call});
+        return cost::call_sample(e, seconds, typical, e.compute, call);
+      },
+      py::arg("algorithm"), py::arg("bytes"), py::arg("n"), py::arg("alpha"), py::arg("inv_bw"), py::arg("call"),
+      py::arg("seconds"), py::arg("typical"));
+  c.def(
+      "candidates",
+      [](const std::string& setting) {
+        std::vector<std::string> out;
+        for (const auto& cand : parsed(setting, 512).candidates) out.push_back(cand.name);
+        return out;
+      },
+      py::arg("codec"), "the candidates of a codec='auto...' setting, exact first; [] for a fixed codec");
   // The choice codec='auto' makes given these (agreed) parameters; speeds: per candidate name,
   // missing ones measured on this host. Returns (codec, compressed algorithm, dense algorithm,
   // {candidate: predicted seconds}).
-  c.def("choose_codec",
-        [](const std::string& setting, size_t bytes, int n, double alpha, double inv_bw, double reduce,
-           const std::map<std::string, Speeds>& speeds, bool feedback, bool reduce_scatter) {
-          const CompressionConfig cc = parsed(setting, 512);
-          std::vector<codec::Spec> specs;
-          std::vector<cost::CodecSpeed> cs;
-          for (const auto& cand : cc.candidates) {
-            specs.push_back(cand.spec);
-            auto it = speeds.find(cand.name);
-            cs.push_back(it != speeds.end() ? speed_of(it->second)
-                         : cand.spec.kind == codec::Kind::None ? cost::CodecSpeed{} : host_codec_speed(cand.spec));
-          }
-          const cost::Problem p{bytes, n, reduce_scatter, feedback, CompressedAlgo::Auto, AllreduceAlgo::Auto};
-          const std::vector<cost::Option> opts = cost::codec_options(specs, cs, p, {alpha, inv_bw, reduce});
-          std::vector<double> totals;
-          std::map<std::string, double> predicted;
-          for (const cost::Option& o : opts) {
-            totals.push_back(o.est.total);
-            const std::string& name = cc.candidates[o.candidate].name;
-            if (!predicted.count(name) || o.est.total < predicted[name]) predicted[name] = o.est.total;
-          }
-          const cost::Option& best = opts.at(cost::pick(totals));
-          return std::make_tuple(cc.candidates.at(best.candidate).name, std::string(compressed_algo_name(best.algo)),
-                                 std::string(algorithm_name(best.dense)), predicted);
-        },
-        py::arg("codec"), py::arg("bytes"), py::arg("n"), py::arg("alpha"), py::arg("inv_bw"), py::arg("reduce"),
-        py::arg("speeds") = std::map<std::string, Speeds>{}, py::arg("feedback") = false,
-        py::arg("reduce_scatter") = false);
-  c.def("host_codec_speed",
-        [](const std::string& codec, int64_t bucket) {
-          const cost::CodecSpeed s = host_codec_speed(parsed(codec, bucket).spec());
-          return std::make_tuple(s.encode, s.decode, s.feedback);
-        },
-        py::arg("codec"), py::arg("bucket") = 512, "(encode, decode, feedback) seconds per input byte, cached");
+  c.def(
+      "choose_codec",
+      [](const std::string& setting, size_t bytes, int n, double alpha, double inv_bw, double reduce,
+         const std::map<std::string, Speeds>& speeds, bool feedback, bool reduce_scatter) {
+        const CompressionConfig cc = parsed(setting, 512);
+        std::vector<codec::Spec> specs;
+        std::vector<cost::CodecSpeed> cs;
+        for (const auto& cand : cc.candidates) {
+          specs.push_back(cand.spec);
+          auto it = speeds.find(cand.name);
+          cs.push_back(it != speeds.end()                    ? speed_of(it->second)
+                       : cand.spec.kind == codec::Kind::None ? cost::CodecSpeed{}
+                                                             : host_codec_speed(cand.spec));
+        }
+        const cost::Problem p{bytes, n, reduce_scatter, feedback, CompressedAlgo::Auto, AllreduceAlgo::Auto};
+        const std::vector<cost::Option> opts = cost::codec_options(specs, cs, p, {alpha, inv_bw, reduce});
+        std::vector<double> totals;
+        std::map<std::string, double> predicted;
+        for (const cost::Option& o : opts) {
+          totals.push_back(o.est.total);
+          const std::string& name = cc.candidates[o.candidate].name;
+          if (!predicted.count(name) || o.est.total < predicted[name]) predicted[name] = o.est.total;
+        }
+        const cost::Option& best = opts.at(cost::pick(totals));
+        return std::make_tuple(cc.candidates.at(best.candidate).name, std::string(compressed_algo_name(best.algo)),
+                               std::string(algorithm_name(best.dense)), predicted);
+      },
+      py::arg("codec"), py::arg("bytes"), py::arg("n"), py::arg("alpha"), py::arg("inv_bw"), py::arg("reduce"),
+      py::arg("speeds") = std::map<std::string, Speeds>{}, py::arg("feedback") = false,
+      py::arg("reduce_scatter") = false);
+  c.def(
+      "host_codec_speed",
+      [](const std::string& codec, int64_t bucket) {
+        const cost::CodecSpeed s = host_codec_speed(parsed(codec, bucket).spec());
+        return std::make_tuple(s.encode, s.decode, s.feedback);
+      },
+      py::arg("codec"), py::arg("bucket") = 512, "(encode, decode, feedback) seconds per input byte, cached");
   c.def("host_reduce_speed", &host_reduce_speed, "seconds per byte of a float32 sum, cached");
 }
 

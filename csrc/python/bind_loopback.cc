@@ -106,8 +106,9 @@ Tensors copies(const Tensors& in, const char* what) {
 }
 
 RedOp parse_op(const std::string& s) {
-  static const std::pair<const char*, RedOp> ops[] = {{"sum", RedOp::Sum}, {"prod", RedOp::Prod},
-      {"min", RedOp::Min}, {"max", RedOp::Max}, {"band", RedOp::BAnd}, {"bor", RedOp::BOr}, {"bxor", RedOp::BXor}};
+  static const std::pair<const char*, RedOp> ops[] = {{"sum", RedOp::Sum},  {"prod", RedOp::Prod}, {"min", RedOp::Min},
+                                                      {"max", RedOp::Max},  {"band", RedOp::BAnd}, {"bor", RedOp::BOr},
+                                                      {"bxor", RedOp::BXor}};
   for (const auto& [name, op] : ops)
     if (s == name) return op;
   bad("unknown reduce op '" + s + "' (sum, prod, min, max, band, bor, bxor)");
@@ -124,7 +125,9 @@ AllreduceAlgo parse_dense(const std::string& s) {
   bad("unknown all-reduce algorithm '" + s + "' (auto, ring, rd, direct, star, hd, tree)");
 }
 
-Buf buf(const at::Tensor& t) { return Buf{t.data_ptr(), static_cast<size_t>(t.numel()), to_dtype(t.scalar_type(), "loopback")}; }
+Buf buf(const at::Tensor& t) {
+  return Buf{t.data_ptr(), static_cast<size_t>(t.numel()), to_dtype(t.scalar_type(), "loopback")};
+}
 
 // Dense collectives; see the docstring in bind_loopback() for each op's inputs and outputs.
 Tensors collective(const std::string& op, const Tensors& inputs, const std::string& algorithm,
@@ -145,7 +148,8 @@ Tensors collective(const std::string& op, const Tensors& inputs, const std::stri
   if (begin.size() != static_cast<size_t>(n) + 1) bad("parts must have n + 1 offsets");
   Tensors out = w;
   std::function<void(int, Comm&)> body;
-  if (lay && op != "allreduce" && op != "reduce_scatter") bad("nodes: only allreduce and reduce_scatter are node-aware");
+  if (lay && op != "allreduce" && op != "reduce_scatter")
+    bad("nodes: only allreduce and reduce_scatter are node-aware");
   if (lay && op == "allreduce") {
     body = [&](int r, Comm& c) { hierarchical_allreduce(c, *lay, buf(w[r]), red, algo); };
   } else if (lay) {
@@ -263,7 +267,8 @@ std::vector<std::pair<Tensors, std::vector<int>>> script(const std::vector<std::
   std::vector<std::pair<Tensors, std::vector<int>>> got(n);
   std::vector<std::vector<std::vector<uint8_t>>> bufs(n);
   for (int r = 0; r < n; ++r)
-    for (const auto& [what, peer, tag, bytes] : programs[r]) bufs[r].emplace_back(bytes, what == "send" ? tag & 0xff : 0);
+    for (const auto& [what, peer, tag, bytes] : programs[r])
+      bufs[r].emplace_back(bytes, what == "send" ? tag & 0xff : 0);
   {
     py::gil_scoped_release nogil;
     run_ranks(n, Run{mode, 0, timeout_ms}, "script", [&](int r, Comm& c) {
@@ -319,18 +324,20 @@ void bind_loopback(py::module_& m) {
         return collective(op, inputs, algorithm, reduce_op, root, parts, splits,
                           Run{mode, seq, timeout_ms, nodes, routed});
       },
-      "op"_a, "inputs"_a, "mode"_a = "eager", "algorithm"_a = "auto", "reduce_op"_a = "sum", "root"_a = 0,
-      "seq"_a = 0, "parts"_a = py::none(), "splits"_a = py::none(), "timeout_ms"_a = 60000, "nodes"_a = py::none(),
+      "op"_a, "inputs"_a, "mode"_a = "eager", "algorithm"_a = "auto", "reduce_op"_a = "sum", "root"_a = 0, "seq"_a = 0,
+      "parts"_a = py::none(), "splits"_a = py::none(), "timeout_ms"_a = 60000, "nodes"_a = py::none(),
       "routed"_a = false,
       "Runs a dense collective with len(inputs) ranks (inputs[r]: rank r's tensor) in mode 'eager' (Gloo-like)\n"
       "or 'grouped' (NCCL-like) and returns each rank's result. op: allreduce (algorithm auto, ring, rd, direct,\n"
-      "star, hd, tree), reduce_scatter / allgather (ring, in place, parts: n + 1 element offsets, default even), broadcast,\n"
+      "star, hd, tree), reduce_scatter / allgather (ring, in place, parts: n + 1 element offsets, default even), "
+      "broadcast,\n"
       "reduce (non-roots keep their input), gather (root gets the inputs in rank order, others an empty tensor),\n"
       "scatter (root's input holds n equal chunks; others' inputs are ignored), alltoall (splits[r][i]: elements\n"
       "rank r sends to rank i; output in source order), barrier. seq: the collective's sequence number (tags;\n"
       "star's root is seq % n). nodes: the node of every rank -- allreduce and reduce_scatter (n equal parts) run\n"
       "node-aware (collective/hierarchy/; algorithm: the inter-node step's) unless routed=True, which instead\n"
-      "runs the op flat with each node's ranks connected by a hub of their own (transport/routed.h). Raises RuntimeError naming each failed rank (deadlocks, timeouts).");
+      "runs the op flat with each node's ranks connected by a hub of their own (transport/routed.h). Raises "
+      "RuntimeError naming each failed rank (deadlocks, timeouts).");
   l.def("script", &script, "programs"_a, "mode"_a = "eager", "timeout_ms"_a = 60000,
         "Raw transport calls, one program per rank of (what, peer, tag, bytes) steps: send (bytes of value\n"
         "tag & 0xff), recv, recv_any, start / end (group brackets), wait / drop (peer: the request's index in\n"
@@ -338,8 +345,8 @@ void bind_loopback(py::module_& m) {
   l.def(
       "compressed",
       [](const std::string& op, const Tensors& inputs, const std::string& codec, const std::string& mode,
-         const std::string& algorithm, uint64_t seed, uint32_t rng_seq, uint32_t seq, size_t topk_block,
-         int64_t bucket, const std::string& rounding, std::optional<Tensors> residuals, int64_t timeout_ms,
+         const std::string& algorithm, uint64_t seed, uint32_t rng_seq, uint32_t seq, size_t topk_block, int64_t bucket,
+         const std::string& rounding, std::optional<Tensors> residuals, int64_t timeout_ms,
          std::optional<std::vector<int>> nodes, bool routed, size_t segment_elems) {
         return compressed(op, inputs, codec, algorithm, seed, rng_seq, topk_block, bucket, rounding, residuals,
                           segment_elems, Run{mode, seq, timeout_ms, nodes, routed});

@@ -82,18 +82,23 @@ void bind_shm(py::module_& m) {
            "Rendezvous of `size` ranks through `store` (private to the group); ring_bytes 0: default.")
       .def_property_readonly("rank", [](PyShm& s) { return s.net->rank(); })
       .def_property_readonly("size", [](PyShm& s) { return s.net->size(); })
-      .def("isend", [](PyShm& s, const at::Tensor& t, int peer, uint32_t tag) { return post(s, t, peer, tag, true); },
-           "tensor"_a, "peer"_a, "tag"_a)
-      .def("irecv", [](PyShm& s, const at::Tensor& t, int peer, uint32_t tag) { return post(s, t, peer, tag, false); },
-           "tensor"_a, "peer"_a, "tag"_a)
-      .def("send", [](PyShm& s, const at::Tensor& t, int peer, uint32_t tag) { post(s, t, peer, tag, true).wait({}); },
-           "tensor"_a, "peer"_a, "tag"_a)
-      .def("recv", [](PyShm& s, const at::Tensor& t, int peer, uint32_t tag) { post(s, t, peer, tag, false).wait({}); },
-           "tensor"_a, "peer"_a, "tag"_a)
-      .def("abort", [](PyShm& s) {
-        py::gil_scoped_release nogil;
-        s.net->abort();
-      })
+      .def(
+          "isend", [](PyShm& s, const at::Tensor& t, int peer, uint32_t tag) { return post(s, t, peer, tag, true); },
+          "tensor"_a, "peer"_a, "tag"_a)
+      .def(
+          "irecv", [](PyShm& s, const at::Tensor& t, int peer, uint32_t tag) { return post(s, t, peer, tag, false); },
+          "tensor"_a, "peer"_a, "tag"_a)
+      .def(
+          "send", [](PyShm& s, const at::Tensor& t, int peer, uint32_t tag) { post(s, t, peer, tag, true).wait({}); },
+          "tensor"_a, "peer"_a, "tag"_a)
+      .def(
+          "recv", [](PyShm& s, const at::Tensor& t, int peer, uint32_t tag) { post(s, t, peer, tag, false).wait({}); },
+          "tensor"_a, "peer"_a, "tag"_a)
+      .def("abort",
+           [](PyShm& s) {
+             py::gil_scoped_release nogil;
+             s.net->abort();
+           })
       .def("close", [](PyShm& s) {
         py::gil_scoped_release nogil;
         s.net->close();

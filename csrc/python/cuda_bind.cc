@@ -49,7 +49,8 @@ at::Tensor encode(const std::string& spec, const at::Tensor& x, uint64_t seed, u
   if (off < 0) bad("elem_offset must be >= 0");
   Call c(x);
   at::Tensor out = at::empty({(int64_t)cd::encoded_bytes(sp, x.numel())}, x.options().dtype(at::kByte));
-  cd::cuda::encode(c.ctx, sp, in_type(x), x.data_ptr(), x.numel(), off, key_of(seed, seq, stream), out.data_ptr<uint8_t>());
+  cd::cuda::encode(c.ctx, sp, in_type(x), x.data_ptr(), x.numel(), off, key_of(seed, seq, stream),
+                   out.data_ptr<uint8_t>());
   return out;
 }
 
@@ -60,7 +61,8 @@ at::Tensor decode(const std::string& spec, const at::Tensor& p, int64_t n, uint6
   if (n < 0 || off < 0) bad("n and elem_offset must be >= 0");
   Call c(p);
   at::Tensor out = at::empty({n}, p.options().dtype(at::kFloat));
-  cd::cuda::decode(c.ctx, sp, p.data_ptr<uint8_t>(), p.numel(), n, off, key_of(seed, seq, stream), out.data_ptr<float>());
+  cd::cuda::decode(c.ctx, sp, p.data_ptr<uint8_t>(), p.numel(), n, off, key_of(seed, seq, stream),
+                   out.data_ptr<float>());
   return out;
 }
 
@@ -121,8 +123,9 @@ std::tuple<at::Tensor, bool> residual(const std::string& spec, const at::Tensor&
   if (off < 0) bad("elem_offset must be >= 0");
   c10::cuda::CUDAGuard g(x.device());
   at::Tensor r = at::empty_like(x);
-  const bool finite = compute_on(x)->decode_residual(sp, p.data_ptr<uint8_t>(), p.numel(), x.numel(), off,
-                                                     key_of(seed, seq, stream), x.data_ptr<float>(), r.data_ptr<float>());
+  const bool finite =
+      compute_on(x)->decode_residual(sp, p.data_ptr<uint8_t>(), p.numel(), x.numel(), off, key_of(seed, seq, stream),
+                                     x.data_ptr<float>(), r.data_ptr<float>());
   return {r, finite};
 }
 
@@ -161,15 +164,16 @@ void bind_cuda(py::module_& m) {
         "elem_offset"_a = 0, "bucket"_a = 512);
   c.def("decode_add_encode", &decode_add_encode, "spec"_a, "payload"_a, "local"_a, "seed"_a, "seq"_a, "dec_stream"_a,
         "enc_stream"_a, "elem_offset"_a = 0, "bucket"_a = 512, "stochastic"_a = true);
-  c.def("encode_feedback", &encode_feedback, "spec"_a, "x"_a, "r"_a, "seed"_a, "seq"_a, "stream"_a,
-        "elem_offset"_a = 0, "bucket"_a = 512, "stochastic"_a = true);
+  c.def("encode_feedback", &encode_feedback, "spec"_a, "x"_a, "r"_a, "seed"_a, "seq"_a, "stream"_a, "elem_offset"_a = 0,
+        "bucket"_a = 512, "stochastic"_a = true);
   c.def("residual", &residual, "spec"_a, "payload"_a, "x"_a, "seed"_a, "seq"_a, "stream"_a, "elem_offset"_a = 0,
         "bucket"_a = 512);
   c.def("topk_feedback", &topk_feedback, "spec"_a, "x"_a, "r"_a);
   c.def("topk_indices", &topk_indices, "x"_a, "k"_a);
   c.def("nccl_version", [] { return nccl_runtime_version(); });
-  c.def("enable", [](RingzipBackend& b, const c10::intrusive_ptr<c10d::Store>& store) { b.enable_cuda(store); },
-        "backend"_a, "store"_a);
+  c.def(
+      "enable", [](RingzipBackend& b, const c10::intrusive_ptr<c10d::Store>& store) { b.enable_cuda(store); },
+      "backend"_a, "store"_a);
   c.def("enabled", [](const RingzipBackend& b) { return b.cuda_enabled(); }, "backend"_a);
 }
 

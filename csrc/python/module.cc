@@ -9,9 +9,9 @@ PYBIND11_MODULE(_C, m) {
   pybind11::module_::import("torch.distributed");
   ringzip::bind_codec(m);
   ringzip::bind_backend(m);
-  ringzip::bind_cost(m);  // ringzip._C.cost: the cost model's pure functions
+  ringzip::bind_cost(m);      // ringzip._C.cost: the cost model's pure functions
   ringzip::bind_loopback(m);  // ringzip._C.loopback: the in-process test fixture
-  ringzip::bind_shm(m);  // ringzip._C.ShmTransport: the shared-memory transport, for tests and benchmarks
+  ringzip::bind_shm(m);       // ringzip._C.ShmTransport: the shared-memory transport, for tests and benchmarks
 #ifdef RINGZIP_WITH_CUDA
   ringzip::bind_cuda(m);  // ringzip._C.cuda
 #endif

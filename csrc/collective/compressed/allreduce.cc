@@ -41,7 +41,8 @@ void compressed_allreduce(Comm& c, float* data, size_t count, const CompressedCa
   switch (call.algo) {
     case CompressedAlgo::Ring: residual_finite = ring(c, data, count, call); break;
     case CompressedAlgo::Sparse:
-      residual_finite = call.spec.kind == codec::Kind::TopK ? topk(c, data, count, call) : randomk(c, data, count, call);
+      residual_finite =
+          call.spec.kind == codec::Kind::TopK ? topk(c, data, count, call) : randomk(c, data, count, call);
       break;
     default: residual_finite = sra(c, data, count, call, true);  // Sra
   }

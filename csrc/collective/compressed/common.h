@@ -22,9 +22,7 @@ inline codec::RngKey key(const CompressedCall& call, const Comm&, int rank, uint
 class CodecTimer {
  public:
   explicit CodecTimer(Comm& c) : c_(c), t0_(std::chrono::steady_clock::now()) {}
-  ~CodecTimer() {
-    c_.codec_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
-  }
+  ~CodecTimer() { c_.codec_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count(); }
 
  private:
   Comm& c_;

@@ -9,7 +9,7 @@
 
 namespace ringzip::compressed {
 
-struct Layout {  // element parts and their encoded byte ranges
+struct Layout {               // element parts and their encoded byte ranges
   std::vector<size_t> elem;   // size parts+1
   std::vector<size_t> bytes;  // size parts+1, prefix sums of encoded sizes
   int parts() const { return static_cast<int>(elem.size()) - 1; }
@@ -35,7 +35,7 @@ constexpr size_t kSegmentElems = size_t{1} << 19;
 constexpr size_t kCoarseSegmentElems = kSegmentElems << 2;
 constexpr uint32_t kGatherStep = 0x8000;  // step bit of SRA's phase-2 messages
 
-struct Segments {  // part i's segment t: elements [elem[i][t], elem[i][t+1]) (absolute)
+struct Segments {                                // part i's segment t: elements [elem[i][t], elem[i][t+1]) (absolute)
   std::vector<std::vector<size_t>> elem, bytes;  // bytes: offsets within the part's buffer
   size_t count(int i) const { return elem[i].size() - 1; }
   size_t len(int i, size_t t) const { return elem[i][t + 1] - elem[i][t]; }

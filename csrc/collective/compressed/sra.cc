@@ -83,7 +83,7 @@ bool sra(Comm& c, float* data, size_t count, const CompressedCall& call, bool ga
       encode_segment(i, it, key(call, c, r, 0));
       st.send(mine[i].get() + g.bytes[i][it], g.nbytes(i, it), i, static_cast<uint32_t>(it), send_what);
     }
-    size_t next = 0;  // this step's next receive
+    size_t next = 0;                       // this step's next receive
     if (it >= 1 && it - 1 < g.count(r)) {  // B
       const size_t t = it - 1, e = g.elem[r][t];
       if (gather) {  // every peer's segment, then add, encode and decode in one trip through memory

@@ -28,8 +28,8 @@ bool topk(Comm& c, float* data, size_t count, const CompressedCall& call) {
   sch.recvs = [&](int s, std::vector<Xfer>& q) {  // block s-1 of every peer; peer j is receive j - (j > r)
     for (int j = 0; s > 0 && j < n; ++j)
       if (j != r)
-        q.push_back({payload(j, s - 1), l.nbytes(s - 1), j, static_cast<uint32_t>(s - 1),
-                     "compressed allgather receive from"});
+        q.push_back(
+            {payload(j, s - 1), l.nbytes(s - 1), j, static_cast<uint32_t>(s - 1), "compressed allgather receive from"});
   };
   sch.body = [&](int q, Step& st) {
     if (q < blocks) {

@@ -26,7 +26,12 @@ struct Ring {
   size_t esz, seg;
 
   Ring(const Comm& c, Buf d, const std::vector<size_t>& b)
-      : data(d), begin(b), n(c.size()), r(c.rank()), right((r + 1) % n), left((r + n - 1) % n),
+      : data(d),
+        begin(b),
+        n(c.size()),
+        r(c.rank()),
+        right((r + 1) % n),
+        left((r + n - 1) % n),
         esz(dtype_size(d.dtype)) {
     const size_t bytes = std::clamp(max_len() * esz / kMinSegments, kMinSegmentBytes, kMaxSegmentBytes);
     seg = std::max<size_t>(1, bytes / esz);

@@ -65,8 +65,10 @@ void tree_allreduce(Comm& c, Buf data, RedOp op) {
   sch.recvs = [&](int t, std::vector<Xfer>& q) {
     const uint32_t from = static_cast<uint32_t>(t - 1);
     if (const int j = up(t); j >= 0)
-      for (size_t k = 0; k < kids.size(); ++k) q.push_back({slot(t, k), bytes_of(j), kids[k], from, "tree reduce receive from"});
-    if (const int j = down(t); j >= 0 && r != 0) q.push_back({at(j), bytes_of(j), parent, from, "tree broadcast receive from"});
+      for (size_t k = 0; k < kids.size(); ++k)
+        q.push_back({slot(t, k), bytes_of(j), kids[k], from, "tree reduce receive from"});
+    if (const int j = down(t); j >= 0 && r != 0)
+      q.push_back({at(j), bytes_of(j), parent, from, "tree broadcast receive from"});
   };
   sch.body = [&](int t, Step& st) {
     const uint32_t step = static_cast<uint32_t>(t);

@@ -77,7 +77,8 @@ constexpr uint32_t kChunkSteps = 0x100;
 
 std::vector<size_t> chunk_bounds(const Buf& data, int per_node) {
   const size_t m = std::clamp<size_t>(data.bytes() / kChunkBytes, 1, kMaxChunks);
-  if (per_node >= static_cast<int>(kChunkSteps)) throw std::logic_error("node-aware all-reduce: too many ranks per node");
+  if (per_node >= static_cast<int>(kChunkSteps))
+    throw std::logic_error("node-aware all-reduce: too many ranks per node");
   return even_parts(data.count, static_cast<int>(m));
 }
 

@@ -39,8 +39,9 @@ std::string NodeLayout::unsuitable() const {
 
 std::string NodeLayout::describe() const {
   const int per = ranks_per_node();
-  if (per > 0) return std::to_string(nodes()) + " node" + (nodes() == 1 ? "" : "s") + " x " + std::to_string(per) +
-                      " rank" + (per == 1 ? "" : "s");
+  if (per > 0)
+    return std::to_string(nodes()) + " node" + (nodes() == 1 ? "" : "s") + " x " + std::to_string(per) + " rank" +
+           (per == 1 ? "" : "s");
   std::string s = std::to_string(nodes()) + " nodes of ";
   for (int i = 0; i < nodes(); ++i) s += (i ? "+" : "") + std::to_string(members_[i].size());
   return s + " ranks";

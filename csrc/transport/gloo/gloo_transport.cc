@@ -16,8 +16,7 @@ class GlooRequest final : public Request {
 };
 
 std::vector<at::Tensor> as_bytes(const void* data, size_t bytes) {
-  return {at::from_blob(const_cast<void*>(data), {static_cast<int64_t>(bytes)},
-                        at::TensorOptions().dtype(at::kByte))};
+  return {at::from_blob(const_cast<void*>(data), {static_cast<int64_t>(bytes)}, at::TensorOptions().dtype(at::kByte))};
 }
 
 }  // namespace

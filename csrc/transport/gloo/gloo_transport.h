@@ -29,7 +29,7 @@ class GlooTransport final : public Transport {
   int rank_;
   int size_;
   std::once_flag aborted_;
-  std::vector<at::Tensor> poison_;                   // kept alive: gloo may still point at them
+  std::vector<at::Tensor> poison_;  // kept alive: gloo may still point at them
   std::vector<c10::intrusive_ptr<c10d::Work>> poison_work_;
 };
 

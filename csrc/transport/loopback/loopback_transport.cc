@@ -53,16 +53,16 @@ struct LoopbackHub::State {
   };
   struct Rank {
     bool closed = false;
-    std::vector<OpPtr> open;    // grouped: the group being issued (filled and closed under one lock)
-    std::deque<Group> groups;   // grouped: closed, unfinished, in stream order; front runs
+    std::vector<OpPtr> open;   // grouped: the group being issued (filled and closed under one lock)
+    std::deque<Group> groups;  // grouped: closed, unfinished, in stream order; front runs
     uint64_t next_group = 0;
-    OpPtr waiting;              // what its thread blocks on
+    OpPtr waiting;  // what its thread blocks on
     // Gloo mode: sends and receives posted so far per (peer, tag)
     std::map<std::pair<int, uint32_t>, std::pair<uint64_t, uint64_t>> exchanges;
   };
 
-  State(int n_, LoopbackMode m) : n(n_), mode(m), ranks(n_), pending_sends(n_), pending_recvs(n_),
-                                   sendq(n_ * n_), recvq(n_ * n_) {}
+  State(int n_, LoopbackMode m)
+      : n(n_), mode(m), ranks(n_), pending_sends(n_), pending_recvs(n_), sendq(n_ * n_), recvq(n_ * n_) {}
 
   const int n;
   const LoopbackMode mode;
@@ -188,7 +188,8 @@ struct LoopbackHub::State {
     auto& [sends, recvs] = ranks[rank].exchanges[{peer, tag}];
     if (!send && sends > recvs)
       fail_now("rank " + std::to_string(rank) + " posted its receive from rank " + std::to_string(peer) + " (tag " +
-               hex(tag) + ") after its send to that rank under the same tag: over Gloo the receive's ready notice "
+               hex(tag) +
+               ") after its send to that rank under the same tag: over Gloo the receive's ready notice "
                "then waits behind the payload, and the exchange runs one direction at a time");
     ++(send ? sends : recvs);
   }
@@ -259,8 +260,7 @@ struct LoopbackHub::State {
     const auto& mine = op.send ? sendq[op.owner * n + op.peer] : recvq[op.owner * n + op.peer];
     const auto& theirs = op.send ? recvq[op.peer * n + op.owner] : sendq[op.peer * n + op.owner];
     size_t pos = 0;
-    for (; pos < mine.size() && mine[pos].get() != &op; ++pos) {
-    }
+    for (; pos < mine.size() && mine[pos].get() != &op; ++pos) {}
     std::ostringstream o;
     if (pos >= theirs.size()) {
       o << "; rank " << op.peer << " has not posted the matching " << (op.send ? "receive" : "send") << " yet";
@@ -362,8 +362,9 @@ struct LoopbackHub::State {
     for (const auto& q : recvq) collect(q);
     for (const auto& op : mine) cancel(op);
     me.closed = true;
-    if (deadlocked()) declare(report("deadlock: rank " + std::to_string(rank) +
-                                     " finished while the others wait for transfers no rank can start"));
+    if (deadlocked())
+      declare(report("deadlock: rank " + std::to_string(rank) +
+                     " finished while the others wait for transfers no rank can start"));
     cv.notify_all();
   }
 
@@ -495,7 +496,8 @@ void LoopbackGroupedTransport::issue(const std::vector<Op>& group) {
   auto& s = *hub_->s_;
   std::lock_guard<std::mutex> lock(s.mu);
   for (const auto& op : group)
-    issued_.push_back(std::make_unique<LoopbackRequest>(hub_->s_, s.post(rank_, op.send, op.data, op.bytes, op.peer, 0)));
+    issued_.push_back(
+        std::make_unique<LoopbackRequest>(hub_->s_, s.post(rank_, op.send, op.data, op.bytes, op.peer, 0)));
   s.close_group(rank_);
 }
 

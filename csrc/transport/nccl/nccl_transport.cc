@@ -10,8 +10,8 @@ namespace ringzip {
 
 void nccl_check(ncclResult_t r, const char* what) {
   TORCH_CHECK_WITH(DistBackendError, r == ncclSuccess || r == ncclInProgress, "ringzip (nccl): ", what,
-                   " failed: ", ncclGetErrorString(r), " (", static_cast<int>(r), "); last error: ",
-                   ncclGetLastError(nullptr) ? ncclGetLastError(nullptr) : "-");
+                   " failed: ", ncclGetErrorString(r), " (", static_cast<int>(r),
+                   "); last error: ", ncclGetLastError(nullptr) ? ncclGetLastError(nullptr) : "-");
 }
 
 int nccl_runtime_version() {
@@ -20,8 +20,7 @@ int nccl_runtime_version() {
   return v;
 }
 
-NcclComm::NcclComm(const c10::intrusive_ptr<c10d::Store>& store, const std::string& key, int rank, int size,
-                   int device)
+NcclComm::NcclComm(const c10::intrusive_ptr<c10d::Store>& store, const std::string& key, int rank, int size, int device)
     : rank_(rank), size_(size), device_(device) {
   ncclUniqueId id;
   if (rank == 0) {
@@ -80,8 +79,7 @@ NcclTransport::~NcclTransport() {
   if (std::uncaught_exceptions() == unwinding_) {  // a failed call issues nothing more
     try {
       flush();
-    } catch (...) {
-    }
+    } catch (...) {}
   }
 }
 

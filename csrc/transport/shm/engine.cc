@@ -77,12 +77,12 @@ struct Engine::Peer {
   bool watch_pid;  // false when its pid means nothing here (another pid namespace)
   Mapping map;
   SegmentHeader* hdr;
-  Producer out;  // this rank -> peer: a ring in the peer's segment
-  Consumer in;   // peer -> this rank: a ring in our segment
-  std::deque<std::shared_ptr<Op>> sends;  // posted, not all bytes written yet, in posting order
-  std::deque<std::shared_ptr<Op>> unacked;  // all bytes written, not matched by the peer yet
-  uint64_t next_number = 1;               // of the next message posted to this peer
-  std::deque<std::shared_ptr<Op>> recvs;  // posted, no message matched yet, in posting order
+  Producer out;                                        // this rank -> peer: a ring in the peer's segment
+  Consumer in;                                         // peer -> this rank: a ring in our segment
+  std::deque<std::shared_ptr<Op>> sends;               // posted, not all bytes written yet, in posting order
+  std::deque<std::shared_ptr<Op>> unacked;             // all bytes written, not matched by the peer yet
+  uint64_t next_number = 1;                            // of the next message posted to this peer
+  std::deque<std::shared_ptr<Op>> recvs;               // posted, no message matched yet, in posting order
   std::deque<std::shared_ptr<Unexpected>> unexpected;  // arrived before their receive
   // The message arriving now, into a receive, into an unexpected buffer, or nowhere (a failed
   // size check): `into_op` / `into_buf` / neither; `arriving` false between messages.
@@ -94,12 +94,18 @@ struct Engine::Peer {
 };
 
 Engine::Engine(int rank, int size, size_t ring_bytes, Mapping own, std::vector<Mapping> peers)
-    : rank_(rank), size_(size), ring_bytes_(ring_bytes),
+    : rank_(rank),
+      size_(size),
+      ring_bytes_(ring_bytes),
       // Frames of a quarter ring (at most 1 MiB) let the consumer copy one out while the
       // producer copies the next in; never less than a quarter of that, so a nearly full ring
       // does not cut a large message into slivers.
-      max_frame_(std::min<size_t>(ring_bytes / 4, size_t(1) << 20)), min_frame_(max_frame_ / 4),
-      spin_(spin_time(size)), own_(std::move(own)), me_(own_.header()), peers_(size),
+      max_frame_(std::min<size_t>(ring_bytes / 4, size_t(1) << 20)),
+      min_frame_(max_frame_ / 4),
+      spin_(spin_time(size)),
+      own_(std::move(own)),
+      me_(own_.header()),
+      peers_(size),
       last_watch_(Clock::now()) {
   const Layout layout{size_, ring_bytes_};
   for (int p = 0; p < size_; ++p) {
@@ -113,8 +119,8 @@ Engine::Engine(int rank, int size, size_t ring_bytes, Mapping own, std::vector<M
     // Its pid names it here only if that process is alive and started when it says.
     peer->watch_pid = !process_gone(peer->pid, 0) && process_start_time(peer->pid) == peer->start_time;
     const int out_slot = Layout::slot(p, rank_), in_slot = Layout::slot(rank_, p);
-    peer->out = Producer(peer->map.control(out_slot), peer->map.base() + layout.data() + out_slot * ring_bytes_,
-                         ring_bytes_);
+    peer->out =
+        Producer(peer->map.control(out_slot), peer->map.base() + layout.data() + out_slot * ring_bytes_, ring_bytes_);
     peer->in = Consumer(own_.control(in_slot), own_.base() + layout.data() + in_slot * ring_bytes_, ring_bytes_);
     peers_[p] = std::move(peer);
   }
@@ -124,8 +130,8 @@ Engine::Engine(int rank, int size, size_t ring_bytes, Mapping own, std::vector<M
 Engine::~Engine() { close(); }
 
 void Engine::raise(const std::string& what) const {
-  throw std::runtime_error("ringzip shm transport (rank " + std::to_string(rank_) + " of " +
-                           std::to_string(size_) + "): " + what);
+  throw std::runtime_error("ringzip shm transport (rank " + std::to_string(rank_) + " of " + std::to_string(size_) +
+                           "): " + what);
 }
 
 void Engine::check_open() const {
@@ -519,8 +525,8 @@ void Engine::drop(Op& op) noexcept {
   std::lock_guard<std::mutex> lk(mu_);
   if (op.state != Op::State::Pending || !shut_.empty()) return;
   interrupt_.store(true);
-  shut(kStateAborted, "rank " + std::to_string(rank_) + " dropped its unfinished " + describe(op) +
-                          ", which aborted the transport");
+  shut(kStateAborted,
+       "rank " + std::to_string(rank_) + " dropped its unfinished " + describe(op) + ", which aborted the transport");
 }
 
 void Engine::abort() noexcept {

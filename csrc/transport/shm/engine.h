@@ -48,7 +48,7 @@ struct Op {
   uint32_t tag;
   char* data;
   size_t bytes;
-  size_t done = 0;  // bytes moved
+  size_t done = 0;      // bytes moved
   uint64_t number = 0;  // send: its message number in the ring to `peer` (RingControl::acks)
   State state = State::Pending;
   std::string error;  // why it failed
@@ -111,16 +111,16 @@ class Engine {
   std::vector<std::unique_ptr<Peer>> peers_;  // by rank; null for this rank
   std::string shut_;                          // why the transport is unusable; empty while open
   bool closed_ = false;
-  int in_wait_ = 0;                           // threads inside wait(): they may touch the segments
+  int in_wait_ = 0;  // threads inside wait(): they may touch the segments
   int local_sleepers_ = 0;
-  bool completed_ = false;                    // a pass finished some op (local sleepers may want it)
-  bool parked_ = false;                       // the last pass left an unposted message in a ring
+  bool completed_ = false;  // a pass finished some op (local sleepers may want it)
+  bool parked_ = false;     // the last pass left an unposted message in a ring
   std::chrono::steady_clock::time_point last_watch_;
-  std::atomic<bool> interrupt_{false};        // abort/close: stop copying between frames
-  std::condition_variable idle_cv_;           // wakes the progress thread: work while no waiter
+  std::atomic<bool> interrupt_{false};  // abort/close: stop copying between frames
+  std::condition_variable idle_cv_;     // wakes the progress thread: work while no waiter
   bool stop_thread_ = false;
-  bool thread_parked_ = false;                // the progress thread sleeps until wake_thread()
-  std::thread thread_;                        // background(); started last, joined by close()
+  bool thread_parked_ = false;  // the progress thread sleeps until wake_thread()
+  std::thread thread_;          // background(); started last, joined by close()
 };
 
 }  // namespace ringzip::shm

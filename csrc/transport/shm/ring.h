@@ -27,7 +27,7 @@ struct FrameHeader {
   uint32_t tag;
   uint64_t payload;  // bytes after the header in this frame
   uint64_t total;    // Message: bytes of the whole message
-  uint64_t number;  // Message: the message's number in this ring (from 1; RingControl::acks)
+  uint64_t number;   // Message: the message's number in this ring (from 1; RingControl::acks)
 };
 static_assert(sizeof(FrameHeader) == 32);
 

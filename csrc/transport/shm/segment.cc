@@ -34,7 +34,7 @@ size_t page_size() {
 // The inode of this process's pid namespace: pids mean the same thing only inside one, so the
 // sweep leaves other namespaces' segments alone (a container sharing /dev/shm).
 unsigned long long pid_namespace() {
-  struct stat st {};
+  struct stat st{};
   return stat("/proc/self/ns/pid", &st) == 0 ? static_cast<unsigned long long>(st.st_ino) : 0ull;
 }
 
@@ -96,7 +96,7 @@ Mapping open_segment(const std::string& name) {
              (err == ENOENT ? " (is that rank on another host, or did it exit?)" : ""),
          err);
   }
-  struct stat st {};
+  struct stat st{};
   int err = fstat(fd, &st) == 0 ? 0 : errno;
   if (!err && static_cast<size_t>(st.st_size) < sizeof(SegmentHeader)) err = EINVAL;
   void* base = err ? MAP_FAILED : mmap(nullptr, st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
@@ -118,8 +118,7 @@ int sweep_stale_segments() noexcept {
     unsigned long long their_ns = 0;
     int used = 0;
     if (std::strncmp(e->d_name, kPrefix, std::strlen(kPrefix)) != 0) continue;
-    if (std::sscanf(e->d_name + std::strlen(kPrefix), "%d-%llx-%n", &pid, &their_ns, &used) != 2 || used == 0)
-      continue;
+    if (std::sscanf(e->d_name + std::strlen(kPrefix), "%d-%llx-%n", &pid, &their_ns, &used) != 2 || used == 0) continue;
     if (pid <= 0 || their_ns != ns || !(kill(pid, 0) != 0 && errno == ESRCH)) continue;
     if (shm_unlink((std::string("/") + e->d_name).c_str()) == 0) ++removed;
   }
@@ -143,8 +142,8 @@ bool read_stat(pid_t pid, char& state, uint64_t& start) {
   if (!p) return false;
   // After ") ": field 3 (state), then fields 4..21, then 22 (starttime).
   unsigned long long st = 0;
-  if (std::sscanf(p + 1, " %c %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %llu",
-                  &state, &st) != 2)
+  if (std::sscanf(p + 1, " %c %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %llu", &state,
+                  &st) != 2)
     return false;
   start = st;
   return true;

@@ -21,7 +21,7 @@
 namespace ringzip::shm {
 
 constexpr uint64_t kMagic = 0x315a52474e495221ull;  // "!RINGRZ1"
-constexpr uint32_t kVersion = 2;  // 2: acknowledgements of matched messages
+constexpr uint32_t kVersion = 2;                    // 2: acknowledgements of matched messages
 
 // Bits of SegmentHeader::state.
 constexpr uint32_t kStateClosed = 1;   // the owner closed its transport (peers drain, then fail)
@@ -86,9 +86,7 @@ class Mapping {
   char* base() const { return static_cast<char*>(base_); }
   size_t bytes() const { return bytes_; }
   SegmentHeader* header() const { return static_cast<SegmentHeader*>(base_); }
-  RingControl* control(int slot) const {
-    return reinterpret_cast<RingControl*>(base() + sizeof(SegmentHeader)) + slot;
-  }
+  RingControl* control(int slot) const { return reinterpret_cast<RingControl*>(base() + sizeof(SegmentHeader)) + slot; }
 
  private:
   void* base_ = nullptr;

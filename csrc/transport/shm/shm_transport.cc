@@ -111,8 +111,9 @@ std::unique_ptr<Transport> make_shm_transport(const c10::intrusive_ptr<c10d::Sto
   if (ring % 4096 || ring < (size_t(16) << 10))
     throw std::invalid_argument("ringzip shm transport: ring_bytes " + std::to_string(ring) +
                                 " must be a multiple of 4096 and at least 16384");
-  if (size == 1) return std::make_unique<ShmTransport>(std::make_shared<Engine>(0, 1, ring, shm::Mapping(),
-                                                                                 std::vector<shm::Mapping>(1)));
+  if (size == 1)
+    return std::make_unique<ShmTransport>(
+        std::make_shared<Engine>(0, 1, ring, shm::Mapping(), std::vector<shm::Mapping>(1)));
   shm::sweep_stale_segments();
   // Every construction on this store gets keys of its own, so a group may build its transport
   // again (after an abort) on the same prefix: ranks construct in the same order.
@@ -133,7 +134,8 @@ std::unique_ptr<Transport> make_shm_transport(const c10::intrusive_ptr<c10d::Sto
   auto value = [&](const char* what, int p) {
     const auto v = store->get(key(what, p));
     std::string s(v.begin(), v.end());
-    if (!s.empty() && s[0] == '!') throw std::runtime_error("rank " + std::to_string(p) + " of this node: " + s.substr(1));
+    if (!s.empty() && s[0] == '!')
+      throw std::runtime_error("rank " + std::to_string(p) + " of this node: " + s.substr(1));
     return s;
   };
   try {
@@ -154,8 +156,8 @@ std::unique_ptr<Transport> make_shm_transport(const c10::intrusive_ptr<c10d::Sto
   std::vector<shm::Mapping> peers(size);
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   auto left = [&] {  // the whole setup shares one timeout
-    return std::max(std::chrono::milliseconds(1), std::chrono::duration_cast<std::chrono::milliseconds>(
-                                                      deadline - std::chrono::steady_clock::now()));
+    return std::max(std::chrono::milliseconds(1),
+                    std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()));
   };
   bool mapped = false;
   try {
