@@ -36,9 +36,10 @@ struct CompressionConfig {
   uint64_t seed = 0;
   CompressedAlgo algorithm = CompressedAlgo::Auto;
   int64_t topk_block = int64_t(1) << 20;  // top-k selects per block of this many elements; 0: whole tensor
-  // Set per call by its plan (Planner::settle): SRA's segments (CompressedCall::segment_elems)
-  // and the rule random-k's exact all-reduce of its values follows.
+  // Set per call by its plan (Planner::settle): SRA's segments (CompressedCall::segment_elems).
   size_t segment_elems = 0;
+  // The rule random-k's exact all-reduce of its values follows (Planner::configure sets the
+  // planner's, once).
   CompressedCall::DenseRule values_rule = nullptr;
 
   // Parsed once when the settings change (Planner::configure, parse_codec), not per call.

@@ -52,6 +52,7 @@ void Planner::configure(AllreduceAlgo algorithm, HierarchyMode hierarchy, Compre
   RZ_CHECK_VALUE(cc.bucket_size > 0, "bucket_size must be positive, got ", cc.bucket_size);
   RZ_CHECK_VALUE(cc.min_numel >= 0, "min_numel must be >= 0, got ", cc.min_numel);
   RZ_CHECK_VALUE(cc.topk_block >= 0, "topk_block must be >= 0, got ", cc.topk_block);
+  cc.values_rule = &rule_dense;  // every call planned from these settings hands the rule down
   std::lock_guard<std::mutex> lock(mu_);
   algorithm_ = algorithm;
   hierarchy_ = hierarchy;
@@ -137,7 +138,6 @@ void Planner::settle(Comm& c, const Call& call, Plan& p) {
     return;
   }
   CompressionConfig& run = p.run;
-  run.values_rule = &rule_dense;
   const Tuner::Shape shape = shape_of(c, f32_bytes(call), reduce_scatter, p.nodes);
   if (run.autotune && call.device == Device::Host) {
     p.choice = tuner_.codec(c, shape, run.candidates, run.algorithm, p.dense, run.feedback());

@@ -12,8 +12,6 @@
 
 namespace ringzip {
 
-const char* algorithm_name(AllreduceAlgo a);  // backend.cc
-
 namespace {
 
 // A way not measured at a call's size is tried once when the model prices it within this factor
