@@ -16,7 +16,9 @@ the restored residuals in the order of their last use, and the restored call cou
 the calls as the old process would have), and writes the results back. The residuals then wait
 for DDP's rebuilt buckets, which are the same as the saving process's (same model, same
 gradient order, same caps): the hook checks that on the next step. From then on the hook does
-what DDP does without one (scale by 1/world size, all-reduce the bucket).
+what DDP does without one (scale by 1/world size, all-reduce the bucket). A model whose
+buckets travel through ringzip.hooks.compress has its comm hook already, and DDP takes one: that
+hook runs the replay itself, with its codec on its group (``reduce`` of install).
 """
 from __future__ import annotations
 
@@ -44,6 +46,16 @@ def reducer_params(model) -> list:
                 seen.add(p)
                 out.append(p)
     return out
+
+
+def ddp_modules() -> list:
+    """The DistributedDataParallel modules alive in this process. By type, not isinstance:
+    isinstance reads ``__class__``, which warns on some of torch's deprecated objects."""
+    import gc
+
+    from torch.nn.parallel import DistributedDataParallel
+
+    return [o for o in gc.get_objects() if issubclass(type(o), DistributedDataParallel)]
 
 
 def _check_ddp(model, what):
@@ -74,9 +86,11 @@ def layout_of(model) -> dict:
     return {"layout": PENDING, "buckets": [], "param_numels": numels}
 
 
-def install(model, group, ddp_state: dict, release) -> None:
+def install(model, group, ddp_state: dict, release, reduce=None) -> "_ReplayHook | None":
     """load_error_feedback_state(model=...): make the next backward of `model` reduce like the
-    step after the checkpoint did."""
+    step after the checkpoint did. ``reduce(tensor, async_op)`` all-reduces a bucket on `group`
+    (None: with the group's codec); with it the replay is returned, not registered, for the
+    comm hook the model has (ringzip.hooks.compress: DDP takes one hook only)."""
     _check_ddp(model, "load_error_feedback_state")
     layout = ddp_state["layout"]
     params = reducer_params(model)
@@ -89,33 +103,36 @@ def install(model, group, ddp_state: dict, release) -> None:
     if layout == NONE:
         warnings.warn("ringzip.load_error_feedback_state: the state was saved without model=, so the bucket layout of "
                       "the step after the checkpoint is unknown and the first step after this load is not an exact "
-                      "replay (pass model= to error_feedback_state)", stacklevel=3)
-        return
+                      "replay (pass model= to error_feedback_state)", stacklevel=4)
+        return None
     if layout == PENDING:
         warnings.warn("ringzip.load_error_feedback_state: the state was saved before DDP rebuilt its buckets (after the "
                       "first step of the saving process), so the first step after this load is not an exact replay",
-                      stacklevel=3)
-        return
+                      stacklevel=4)
+        return None
     if layout == FIXED:
-        return
-    hook = _ReplayHook(group, params, ddp_state["buckets"], release)
-    try:
-        model.register_comm_hook(hook, _replay_hook)
-    except RuntimeError as e:
-        raise RuntimeError(
-            "ringzip.load_error_feedback_state(model=...) replays the first step after a restart through a DDP comm "
-            f"hook, and this model has one already ({e}); load without model= (then the first step is not an exact "
-            "replay) or register no other hook") from e
+        return None
+    hook = _ReplayHook(dist.get_world_size(group), params, ddp_state["buckets"], release,
+                       reduce or (lambda t, async_op: dist.all_reduce(t, group=group, async_op=async_op)))
+    if reduce is None:
+        try:
+            model.register_comm_hook(hook, _replay_hook)
+        except RuntimeError as e:
+            raise RuntimeError(
+                "ringzip.load_error_feedback_state(model=...) replays the first step after a restart through a DDP "
+                f"comm hook, and this model has one already ({e}); load without model= (then the first step is not an "
+                "exact replay) or register no other hook (ringzip.hooks.compress replays by itself)") from e
     model._ringzip_replay = hook  # noqa: SLF001 -- layout_of() reads it
+    return hook
 
 
 class _ReplayHook:
     """DDP comm hook (state and function): the first backward in the recorded layout, then
     DDP's own reduction (gradients scaled by 1/world size, one all-reduce per bucket)."""
 
-    def __init__(self, group, params, buckets, release):
-        self.group = group
-        self.size = dist.get_world_size(group)
+    def __init__(self, size, params, buckets, release, reduce):
+        self.size = size
+        self.reduce = reduce
         self.index = {id(p): i for i, p in enumerate(params)}
         self.buckets = [list(b) for b in buckets]
         self.release = release
@@ -137,7 +154,7 @@ class _ReplayHook:
                 warnings.warn(f"ringzip: DDP bucket {bucket.index()} holds parameters {got} after the resume, but "
                               f"{want} in the run the checkpoint came from (bucket_cap_mb or the model changed?): "
                               "training goes on, but not as an exact replay", stacklevel=2)
-        fut = dist.all_reduce(buf, group=self.group, async_op=True).get_future()
+        fut = self.reduce(buf, True).get_future()
         return fut.then(lambda f: f.value()[0])
 
     def _first(self, bucket, buf):
@@ -151,7 +168,7 @@ class _ReplayHook:
         stand_ins = []
         for b in self.buckets:
             t = torch.cat([self.views[i].reshape(-1) for i in b])
-            dist.all_reduce(t, group=self.group)
+            self.reduce(t, False)
             off = 0
             for i in b:
                 v = self.views[i]

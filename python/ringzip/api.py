@@ -94,12 +94,10 @@ def _warn_without_model(group, what: str) -> None:
     process in one bucket of all parameters, so the residuals and the stochastic-rounding stream
     of its usual buckets cannot be matched then, and the resume is no closer to the
     uninterrupted run than starting from zero."""
-    import gc
-
-    from torch.nn.parallel import DistributedDataParallel as DDP
+    from ._resume import ddp_modules
 
     pg = group if group is not None else dist.distributed_c10d._get_default_group()  # noqa: SLF001
-    if any(isinstance(o, DDP) and o.process_group is pg for o in gc.get_objects()):
+    if any(o.process_group is pg for o in ddp_modules()):
         warnings.warn(f"ringzip.{what}: a DistributedDataParallel module reduces its gradients on this group; pass "
                       f"it as model= (ringzip.{what}(model=ddp_module)), or the resumed run is not the uninterrupted "
                       "one (its first step reduces other buckets than the residuals were made for)", stacklevel=3)
@@ -129,14 +127,23 @@ def error_feedback_state(group=None, model=None) -> dict:
     whose gradients this group reduces; ``group`` defaults to its process group) records the
     bucket layout, so that :func:`load_error_feedback_state` can replay the first step after a
     restart in it: the resumed run is then bit for bit the uninterrupted one (docs/usage.md,
-    "Observability and checkpoints")."""
-    from . import _resume
-
+    "Observability and checkpoints"). When ``model``'s buckets travel through
+    ringzip.hooks.compress, the state is that hook's (``State.state_dict()``), on its group."""
+    hook = _hook_of(group, model)
+    if hook is not None:
+        return hook._save(model)  # noqa: SLF001
     group = _group_of(group, model)
     b = backend_of(group)
     calls, residuals = b.error_feedback_state()
     if model is None and calls:
         _warn_without_model(group, "error_feedback_state")
+    return _pack(group, calls, residuals, model)
+
+
+def _pack(group, calls, residuals, model) -> dict:
+    """error_feedback_state's dict; residuals as the backend gives them: (slot, bound, tensor)."""
+    from . import _resume
+
     return {
         "version": STATE_VERSION,
         "codec_version": int(_C.codec.codec_version),
@@ -149,6 +156,21 @@ def error_feedback_state(group=None, model=None) -> dict:
     }
 
 
+def _hook_of(group, model):
+    """The ringzip.hooks.State of `model` (a DDP module) when its buckets travel through
+    ringzip.hooks.compress: then the state and its replay belong to the hook's group, which is
+    not DDP's process group when that one is gloo, and the replay must run inside that hook."""
+    from . import hooks
+
+    for fn, st in getattr(model, "_comm_hooks", ()):
+        if fn is hooks.compress:
+            if group is not None and st.group is not None and group is not st.group:
+                raise ValueError("ringzip: model's buckets travel through ringzip.hooks.compress on another group than "
+                                 "group=; leave group out (the hook's group is the one that holds the state)")
+            return st
+    return None
+
+
 def load_error_feedback_state(group=None, state: dict | None = None, model=None) -> None:
     """Restores a state saved by :func:`error_feedback_state` on this rank (call it on every
     rank, before the first step after the load; each rank loads its own state, all from the
@@ -159,10 +181,20 @@ def load_error_feedback_state(group=None, state: dict | None = None, model=None)
     backward replays the bucket layout of the saving run through a DDP comm hook that stays
     registered (it reduces as DDP does without one): DDP reduces the first step of every new
     process in one bucket of all parameters, and compression is only reproducible on the same
-    buckets. Raises ValueError for a state of another version, rank or world size."""
-    from . import _resume
-
+    buckets. Raises ValueError for a state of another version, rank or world size. When
+    ``model``'s buckets travel through ringzip.hooks.compress, the state goes to that hook
+    (``State.load_state_dict``), which replays the first backward itself."""
+    hook = _hook_of(group, model)
+    if hook is not None:
+        hook._load(state, model)  # noqa: SLF001 -- restored at the hook's next bucket, on its group
+        return
     group = _group_of(group, model)
+    _restore(group, state, _checked(group, state), model)
+
+
+def _checked(group, state) -> list:
+    """The residuals of `state` as the backend loads them, (slot, awaiting, tensor), once the
+    state is known to be one this rank of `group` can load."""
     if not isinstance(state, dict) or "version" not in state:
         raise ValueError("ringzip.load_error_feedback_state: expected the dict of ringzip.error_feedback_state()")
     if state["version"] != STATE_VERSION:
@@ -177,7 +209,7 @@ def load_error_feedback_state(group=None, state: dict | None = None, model=None)
             f"ringzip.load_error_feedback_state: the state comes from codec version {codec_version}, this ringzip "
             f"encodes with version {_C.codec.codec_version} (stochastic rounding draws other bits): the residuals "
             "are loaded and training continues correctly, but not bit for bit as the saving run would have",
-            stacklevel=2)
+            stacklevel=3)
     rank, size = dist.get_rank(group), dist.get_world_size(group)
     if state["rank"] != rank or state["world_size"] != size:
         raise ValueError(
@@ -189,15 +221,25 @@ def load_error_feedback_state(group=None, state: dict | None = None, model=None)
         if not isinstance(r, torch.Tensor) or not r.is_floating_point():
             raise ValueError(f"ringzip.load_error_feedback_state: residual {slot} is not a float tensor")
         residuals.append((int(slot), int(slot) in awaiting, r))
+    return residuals
+
+
+def _restore(group, state, residuals, model, reduce=None):
+    """Loads a _checked state into `group`'s backend and, with `model`, sets up the replay of
+    its first backward (returned when `reduce` is given: see _resume.install)."""
+    from . import _resume
+
     b = backend_of(group)
+    replay = None
     if model is not None:  # checks the model before anything changes
-        _resume.install(model, group, state["ddp"], b.release_error_feedback)
+        replay = _resume.install(model, group, state["ddp"], b.release_error_feedback, reduce)
     elif state["ddp"]["layout"] != _resume.REBUILT and state["calls"]:
         _warn_without_model(group, "load_error_feedback_state")
     if model is None and state["ddp"]["layout"] == _resume.REBUILT:
         warnings.warn("ringzip.load_error_feedback_state: the state holds a DDP bucket layout but no model= was given: "
-                      "the first step after this load is not an exact replay", stacklevel=2)
+                      "the first step after this load is not an exact replay", stacklevel=3)
     b.load_error_feedback_state(int(state["calls"]), residuals)
+    return replay
 
 
 @contextlib.contextmanager
