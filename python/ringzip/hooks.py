@@ -17,6 +17,10 @@ The state is checkpointable as a group's error feedback is (``state.state_dict()
 the residuals, the call counter and DDP's bucket layout, so that a restarted job resumes bit
 for bit. The replay of the first backward after a load, which a group's resume does through a
 comm hook of its own, runs inside this hook: DDP takes one comm hook only.
+
+Compiled DDP works with the hook: ``torch.compile(ddp)`` (DDP's reducer calls it per bucket) and
+compiled autograd with ``optimize_ddp="python_reducer"`` (DDP calls it per parameter, with the
+gradient and the parameter; each gradient is averaged in place, outside the compiled graph).
 """
 # No ``from __future__ import annotations``: DDP checks compress's annotations as objects.
 import weakref
@@ -124,9 +128,9 @@ class State:
         with api.compress(self.codec):
             return dist.all_reduce(tensor, group=self.group, async_op=async_op)
 
-    def _restore(self) -> None:
+    def _restore(self, replay: bool = True) -> None:
         (state, residuals), self._pending = self._pending, None
-        model = self._registered_on()
+        model = self._registered_on() if replay else None
         self._replay = api._restore(self.group, state, residuals, model, self._all_reduce)  # noqa: SLF001
 
 
@@ -134,6 +138,8 @@ def compress(state: State, bucket: dist.GradBucket) -> torch.futures.Future[torc
     """DDP comm hook: the bucket's average over the ranks, all-reduced with ``state.codec``.
     Scales by 1 / world size first and sums, as DDP's own reducer does (so the bits are those
     of DDP on a group with that codec)."""
+    if isinstance(bucket, tuple):
+        return _compress_gradient(state, *bucket)
     tensor = bucket.buffer()
     state.ringzip_group(tensor.device)
     if state._pending is not None:  # noqa: SLF001
@@ -143,3 +149,19 @@ def compress(state: State, bucket: dist.GradBucket) -> torch.futures.Future[torc
     tensor.mul_(1.0 / dist.get_world_size(state.group))
     fut = state._all_reduce(tensor, True).get_future()  # noqa: SLF001
     return fut.then(lambda f: f.value()[0])
+
+
+@torch.compiler.disable
+def _compress_gradient(state: State, grad: torch.Tensor, param: torch.Tensor) -> None:
+    """Compiled autograd with ``optimize_ddp="python_reducer"`` has no buckets: DDP calls its
+    hooks with each parameter's ``(grad, param)`` once the gradient is accumulated, and uses no
+    result, so the gradient is averaged in place. It divides and then sums, as that reducer does
+    without a hook, so the bits are those of the compiled DDP on a group with the codec. Its calls
+    are per parameter, so a checkpoint's replay (of DDP's buckets) does not apply."""
+    del param
+    state.ringzip_group(grad.device)
+    if state._pending is not None:  # noqa: SLF001
+        state._restore(replay=False)  # noqa: SLF001
+    avg = grad / dist.get_world_size(state.group)
+    state._all_reduce(avg, False)  # noqa: SLF001
+    grad.copy_(avg)

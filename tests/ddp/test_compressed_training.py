@@ -12,7 +12,9 @@ batches; each runs on a fresh ringzip group (clean error-feedback and stats stat
 * the model learned (exact run well above chance);
 * each compressed run's test accuracy is within 1 percentage point of the exact run;
 * compression happened (``ringzip.stats``: one call per step, ratio > 1; topk: residuals);
-* parameters are bitwise identical on all ranks after training (DESIGN §3.2 at the model level).
+* parameters are bitwise identical on all ranks after training (DESIGN §3.2 at the model level);
+* the same training through ``ringzip.hooks.compress`` on the gloo default group (HOOKED codecs)
+  ends with the parameters of that codec's group run, bit for bit, so with its accuracy.
 
 The measured numbers are printed (``-s``) and recorded by hand in bench/results/accuracy.md.
 """
@@ -27,6 +29,7 @@ from tests import mp
 
 WORLD = 4
 CODECS = ["none", "q8", "q4", "topk:0.01"]
+HOOKED = ["q4"]
 D_IN, N_CLASSES = 20, 10
 N_TRAIN, N_TEST = 65536, 16384
 STEPS, GLOBAL_BATCH, LR = 600, 128, 0.1
@@ -53,13 +56,18 @@ def make_model():
                                torch.nn.Linear(128, N_CLASSES))
 
 
-def train_one(codec, rank, ws, data, ref):
+def train_one(codec, rank, ws, data, ref, hook=False):
     import ringzip
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     xtr, ytr, xte, yte, _ = data
-    pg = dist.new_group(backend="ringzip", pg_options=ringzip.Options(codec=codec, min_numel=1024))
-    model = DDP(make_model(), process_group=pg)
+    if hook:  # DDP stays on the gloo default group; the hook's own ringzip group compresses
+        state = ringzip.hooks.State(codec=codec, options=ringzip.Options(min_numel=1024))
+        model = DDP(make_model())
+        model.register_comm_hook(state, ringzip.hooks.compress)
+    else:
+        pg = dist.new_group(backend="ringzip", pg_options=ringzip.Options(codec=codec, min_numel=1024))
+        model = DDP(make_model(), process_group=pg)
     opt = torch.optim.SGD(model.parameters(), lr=LR, momentum=0.9)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0 - s / STEPS)
     g = torch.Generator().manual_seed(99)
@@ -75,13 +83,13 @@ def train_one(codec, rank, ws, data, ref):
     seconds = time.monotonic() - t0
     with torch.no_grad():
         acc = (model.module(xte).argmax(1) == yte).float().mean().item()
-    st = ringzip.stats(pg)
+    st = ringzip.stats(state.group if hook else pg)
     flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
     outs = [torch.empty_like(flat) for _ in range(ws)]
     dist.all_gather(outs, flat, group=ref)
     identical = all(torch.equal(o.view(torch.int32), outs[0].view(torch.int32)) for o in outs)
     return {"acc": acc, "seconds": seconds, "stats": {k: (dict(v) if isinstance(v, dict) else v) for k, v in st.items()},
-            "identical": identical, "numel": flat.numel()}
+            "identical": identical, "numel": flat.numel(), "flat": flat}
 
 
 def train_all(ctx):
@@ -95,6 +103,9 @@ def train_all(ctx):
     for codec in CODECS:
         mp.progress(f"training {codec}")
         out[codec] = train_one(codec, ctx.rank, ctx.world_size, data, ref)
+    for codec in HOOKED:
+        mp.progress(f"training {codec} through the hook")
+        out[f"{codec}/hook"] = train_one(codec, ctx.rank, ctx.world_size, data, ref, hook=True)
     dist.destroy_process_group()
     return out
 
@@ -106,29 +117,34 @@ def test_compressed_training_matches_exact():
     r0 = res[0]
     lines = [f"{WORLD} ranks, {STEPS} steps, global batch {GLOBAL_BATCH}, wall {wall:.1f} s (launch included); "
              f"Bayes accuracy {100 * r0['bayes']:.2f}%"]
-    for codec in CODECS:
-        s = r0[codec]["stats"]
+    for name in CODECS + [f"{c}/hook" for c in HOOKED]:
+        codec = name.split("/")[0]
+        s = r0[name]["stats"]
         c = s.get(codec, {})
-        lines.append(f"  {codec:10s} acc {100 * r0[codec]['acc']:.2f}%  train {r0[codec]['seconds']:.1f} s  "
+        lines.append(f"  {name:10s} acc {100 * r0[name]['acc']:.2f}%  train {r0[name]['seconds']:.1f} s  "
                      f"calls {c.get('calls', 0)}  ratio {c.get('ratio', float('nan')):.2f}  residual_bytes {s['residual_bytes']}")
     report = "\n".join(lines)
     print(report)
     exact = r0["none"]["acc"]
     assert exact > r0["bayes"] - 0.02, f"the exact run did not learn the task:\n{report}"
     problems = []
-    for codec in CODECS:
+    for name in CODECS + [f"{c}/hook" for c in HOOKED]:
+        codec = name.split("/")[0]
         for rank, r in enumerate(res):
-            if not r[codec]["identical"]:
-                problems.append(f"{codec}: parameters differ across ranks (seen on rank {rank})")
+            if not r[name]["identical"]:
+                problems.append(f"{name}: parameters differ across ranks (seen on rank {rank})")
+                break
+            if name != codec and not torch.equal(r[name]["flat"], r[codec]["flat"]):
+                problems.append(f"{name}: parameters differ from the {codec} group's run (seen on rank {rank})")
                 break
         if codec == "none":
             assert "none" not in r0[codec]["stats"], "codec none counted as compressed"
             continue
-        c = r0[codec]["stats"].get(codec, {})
+        c = r0[name]["stats"].get(codec, {})
         if c.get("calls", 0) < STEPS or not c.get("ratio", 0) > 1:
-            problems.append(f"{codec}: gradients were not compressed (stats {c})")
-        if codec.startswith("topk") and r0[codec]["stats"]["residual_bytes"] < 4 * r0[codec]["numel"]:
-            problems.append(f"{codec}: no error-feedback residual for the gradient bucket")
-        if abs(r0[codec]["acc"] - exact) > 0.01:
-            problems.append(f"{codec}: test accuracy {100 * r0[codec]['acc']:.2f}% vs exact {100 * exact:.2f}% (> 1 pp)")
+            problems.append(f"{name}: gradients were not compressed (stats {c})")
+        if codec.startswith("topk") and r0[name]["stats"]["residual_bytes"] < 4 * r0[name]["numel"]:
+            problems.append(f"{name}: no error-feedback residual for the gradient bucket")
+        if abs(r0[name]["acc"] - exact) > 0.01:
+            problems.append(f"{name}: test accuracy {100 * r0[name]['acc']:.2f}% vs exact {100 * exact:.2f}% (> 1 pp)")
     assert not problems, "\n".join(problems) + "\n" + report
