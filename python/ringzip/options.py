@@ -100,6 +100,13 @@ class Options:
         if self.error_feedback is not None and not isinstance(self.error_feedback, bool):
             raise TypeError("ringzip.Options: error_feedback must be True, False or None")
 
+    @property
+    def _timeout(self) -> timedelta | None:
+        """c10d's name for the timeout of a backend's options: torch's DeviceMesh reads it from
+        the options of ``init_device_mesh(..., backend_override={dim: ("ringzip", Options(...))})``
+        to create that dimension's groups."""
+        return self.timeout
+
     def replace(self, **changes) -> "Options":
         unknown = set(changes) - {f.name for f in fields(self)}
         if unknown:
