@@ -31,8 +31,8 @@ part env 60 bash -c "nvidia-smi --query-gpu=name,driver_version,memory.total --f
 
 export RINGZIP_CUDA_ARCHS=${RINGZIP_CUDA_ARCHS:-90}
 if part build 240 env PYTHON="$PY" JOBS="${JOBS:-$(nproc)}" tools/dev_build.sh; then
-  part smoke 60 env PYTHONPATH=python "$PY" bench/gpu_smoke.py
-  part kernels 120 env PYTHONPATH=python "$PY" bench/gpu_kernels.py --json "$OUT/kernels.json"
+  part smoke 60 env PYTHONPATH=python "$PY" -m ringzip.bench.lab.gpu_smoke
+  part kernels 120 env PYTHONPATH=python "$PY" -m ringzip.bench.lab.gpu_kernels --json "$OUT/kernels.json"
   # Per-test limit (pytest-timeout where installed) so one hang cannot eat the whole lease.
   TO=$("$PY" -c "import pytest_timeout" 2>/dev/null && echo "--timeout=${TEST_TIMEOUT:-170}")
   part tests ${TESTS_LIMIT:-300} env PYTHONPATH=python "$PY" -m pytest -q -rfEs -m cuda tests/cuda -p no:cacheprovider $TO --junitxml="$OUT/tests.xml" ${TESTS_ARGS:-}

@@ -1,6 +1,6 @@
 """`ringzip-bench follow`'s verdict: when the choice before the link change was left for good
 (tries, run only to measure a way, do not count) and when the last choice began to hold."""
-from ringzip.bench.follow import _followed
+from ringzip.bench.lab.follow import _followed
 
 
 def _calls(choices):

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ringzip.bench import grid_report
+from ringzip.bench.lab import grid_report
 from ringzip.bench.cli import build_parser
 
 ROOT = Path(__file__).resolve().parents[2]

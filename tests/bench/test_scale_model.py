@@ -1,5 +1,5 @@
-"""The on-paper model of flat vs node-aware all-reduce (ringzip.bench.scale_model, docs table)."""
-from ringzip.bench import scale_model as M
+"""The on-paper model of flat vs node-aware all-reduce (ringzip.bench.lab.scale_model, docs table)."""
+from ringzip.bench.lab import scale_model as M
 
 
 def test_model_orders_what_it_should():

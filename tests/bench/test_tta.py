@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from ringzip.bench import tta, tta_report
+from ringzip.bench.lab import tta, tta_report
 from tests.bench.test_cli import ROOT, _env
 
 TINY_LM = ["--task-opt", "d_model=32", "--task-opt", "heads=2", "--task-opt", "layers=1", "--task-opt", "ctx=16",

@@ -97,7 +97,7 @@ def works_with(ctx):
     q8 = dist.new_group(backend="ringzip", pg_options=ringzip.Options(codec="q8", min_numel=0))
     chk = mp.Checker(rank)
 
-    from ringzip.bench.tta import ddp_compress_hook  # DDP's hooks, bf16's also on a CPU-only torch
+    from ringzip.bench.lab.tta import ddp_compress_hook  # DDP's hooks, bf16's also on a CPU-only torch
     for hook in ("fp16_compress_hook", "bf16_compress_hook"):
         with chk.case(f"ddp_hook/{hook}"):
             mp.progress(hook)

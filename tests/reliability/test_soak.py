@@ -1,4 +1,4 @@
-"""Short soak (bench/soak.py --collectives 2000): two groups from two threads, every codec,
+"""Short soak (python -m ringzip.bench.lab.soak --collectives 2000): two groups from two threads, every codec,
 sizes 0..16 MB, sync and async; results checked, RSS growth < 5% after warm-up, no leaked
 threads or file descriptors after destroy_process_group."""
 import json
@@ -8,7 +8,6 @@ import sys
 
 import ringzip
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # The ringzip under test (installed, or the tree on PYTHONPATH): the soak process imports it too.
 PYDIR = os.path.dirname(os.path.dirname(os.path.abspath(ringzip.__file__)))
 
@@ -16,7 +15,7 @@ PYDIR = os.path.dirname(os.path.dirname(os.path.abspath(ringzip.__file__)))
 def test_short_soak(tmp_path):
     out = tmp_path / "soak.json"
     env = dict(os.environ, PYTHONPATH=PYDIR + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    p = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "soak.py"), "--collectives", "2000",
+    p = subprocess.run([sys.executable, "-m", "ringzip.bench.lab.soak", "--collectives", "2000",
                         "--hard-timeout", "110", "--timeout", "60", "--json", str(out)],
                        env=env, capture_output=True, text=True, timeout=120)
     assert out.exists(), p.stderr[-3000:]

@@ -24,33 +24,28 @@ SUBCOMMANDS = ("collective", "kernels", "train", "grid", "follow", "linkcheck")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from . import collective, follow, grid, kernels, linkcheck, train
+    from . import collective, kernels
+    from .lab import follow, grid, linkcheck, train, tta
 
     p = argparse.ArgumentParser(prog="ringzip-bench", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command")
-    c = sub.add_parser("collective", help="collective sweep (default)",
-                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    collective.add_arguments(c)
-    c.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
-    c.set_defaults(func=collective.run)
-    k = sub.add_parser("kernels", help="kernel throughput", formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    kernels.add_arguments(k)
-    k.set_defaults(func=kernels.run)
-    t = sub.add_parser("train", help="DDP training per codec", formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    train.add_arguments(t)
-    t.set_defaults(func=train.run)
-    g = sub.add_parser("grid", help="auto vs fixed choices", formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    grid.add_arguments(g)
-    g.set_defaults(func=grid.run)
-    f = sub.add_parser("follow", help="auto under a link rate change",
-                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    follow.add_arguments(f)
-    f.set_defaults(func=follow.run)
-    lc = sub.add_parser("linkcheck", help="link ceiling per traffic pattern",
-                        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    linkcheck.add_arguments(lc)
-    lc.set_defaults(func=linkcheck.run)
+
+    def command(name, summary, *modules, func=None):
+        c = sub.add_parser(name, help=summary, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+        for m in modules:
+            m.add_arguments(c)
+        c.set_defaults(func=func or modules[0].run)
+        return c
+
+    command("collective", "collective sweep (default)", collective).add_argument(
+        "-q", "--quiet", action="store_true", help="no progress lines on stderr")
+    command("kernels", "kernel throughput", kernels)
+    command("train", "DDP training per codec", train, tta,
+            func=lambda a: (train.run if a.task == "synthetic" else tta.run)(a))
+    command("grid", "auto vs fixed choices", grid)
+    command("follow", "auto under a link rate change", follow)
+    command("linkcheck", "link ceiling per traffic pattern", linkcheck)
     return p
 
 

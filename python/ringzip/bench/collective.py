@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from . import report
-from .common import (default_results_dir, fmt_bytes, fmt_rate, header_lines, log, parse_net,
+from .common import (default_results_dir, fmt_bytes, fmt_rate, header_lines, log, parse_key_values, parse_net,
                      parse_rate_bits, parse_size, size_sweep, split_list, versions, cpu_model)
 from .launch import Launcher, log_tail
 from .ops import DTYPES, OPS, canonical_dtype, element_count, redop
@@ -101,24 +101,6 @@ def _layout(opt: dict, nproc_arg: int | None) -> tuple[int, int | None, int | No
     if nproc_arg is not None and nproc_arg != nodes * per:
         raise SystemExit(f"-n {nproc_arg} disagrees with --nodes {nodes} x --nproc-per-node {per}")
     return nodes * per, nodes, per
-
-
-def _parse_ropts(items: list[str]) -> dict:
-    out = {}
-    for it in items:
-        if "=" not in it:
-            raise ValueError(f"--ropt wants KEY=VALUE, got {it!r}")
-        k, v = it.split("=", 1)
-        for conv in (int, float):
-            try:
-                v = conv(v)
-                break
-            except ValueError:
-                continue
-        else:
-            v = {"true": True, "false": False, "none": None}.get(v.lower(), v)
-        out[k.strip()] = v
-    return out
 
 
 def _error_row(spec, item, n, msg) -> dict:
@@ -215,7 +197,7 @@ def run(args) -> int:
     spec = {"op": opt["op"], "dtype": dtype, "sizes": sizes, "configs": cfgs, "seed": args.seed,
             "iters": int(opt["iters"]), "warmup": int(opt["warmup"]), "min_iters": args.min_iters,
             "time_budget_s": float(opt["time_budget"]) or None, "threads": args.threads,
-            "ringzip_options": _parse_ropts(args.ropt), "timeout_s": max(60.0, args.row_timeout),
+            "ringzip_options": parse_key_values(args.ropt), "timeout_s": max(60.0, args.row_timeout),
             "repeat": max(1, int(opt["repeat"])), "nodes": nodes,
             "link_gbit": rate_bits / 1e9 if rate_bits else None}
     link_desc = fmt_rate(rate_bits) if not net_arg else f"--net {net_arg}"

@@ -69,6 +69,26 @@ def size_sweep(begin: int, end: int, factor: float) -> list[int]:
     return out
 
 
+def parse_key_values(items: list[str], flag: str = "--ropt") -> dict:
+    """['min_numel=0', 'check=off'] -> {'min_numel': 0, 'check': 'off'}: ints, floats,
+    true/false/none as Python values, anything else as the text."""
+    out = {}
+    for it in items:
+        if "=" not in it:
+            raise ValueError(f"{flag} wants KEY=VALUE, got {it!r}")
+        k, v = it.split("=", 1)
+        for conv in (int, float):
+            try:
+                v = conv(v)
+                break
+            except ValueError:
+                continue
+        else:
+            v = {"true": True, "false": False, "none": None}.get(v.lower(), v)
+        out[k.strip()] = v
+    return out
+
+
 def split_list(text: str | None) -> list[str]:
     if text is None:
         return []

@@ -29,8 +29,12 @@ class LaunchResult:
 
 
 class Launcher:
-    def __init__(self, nproc: int, workdir: Path, net=None, threads: int = 1):
+    """Starts `nproc` ranks of one program and follows them; `rank_env(rank) -> dict`, if given,
+    adds to a rank's environment what the launcher cannot know (the machine a rank emulates)."""
+
+    def __init__(self, nproc: int, workdir: Path, net=None, threads: int = 1, rank_env=None):
         self.nproc, self.workdir, self.net, self.threads = nproc, Path(workdir), net, threads
+        self.rank_env = rank_env
         self.procs: list[subprocess.Popen] = []
 
     def _env(self, rank: int, port: int) -> dict:
@@ -52,6 +56,8 @@ class Launcher:
         else:
             env["MASTER_ADDR"] = "127.0.0.1"
             env["GLOO_SOCKET_IFNAME"] = "lo"
+        if self.rank_env is not None:
+            env.update(self.rank_env(rank))
         return env
 
     def start(self, module: str, args: list[str]) -> list[Path]:
@@ -132,6 +138,16 @@ class Launcher:
             self.kill()
 
 
+def run_once(nproc: int, workdir: Path, module: str, args: list[str], timeout_s: float, rank_env=None,
+             check: bool = True) -> LaunchResult:
+    """`python -m module *args` on `nproc` local ranks, to completion or `timeout_s`; with `check`,
+    a failure ends the program, naming the reason and the ranks' last lines."""
+    res = Launcher(nproc, workdir, rank_env=rank_env).run(module, args, None, 0, total_timeout=timeout_s)
+    if check and not res.ok:
+        raise SystemExit(f"{module}: {res.reason}\n{log_tail(res.logs)}")
+    return res
+
+
 def log_tail(paths: list[Path], lines: int = 6) -> str:
     out = []
     for p in paths:
@@ -147,7 +163,7 @@ def log_tail(paths: list[Path], lines: int = 6) -> str:
 def run_configs(nproc: int, workdir: Path, net, threads: int, module: str, spec: dict, n_configs: int,
                 row_timeout: float, identity, on_row=None, log=None) -> dict[int, dict]:
     """Run configurations 0..n_configs-1 of `spec` through `python -m module --worker SPEC` (see
-    worker_loop) and return {index: row}. Ranks that die or hang cost one row: it becomes an
+    rank.worker_loop) and return {index: row}. Ranks that die or hang cost one row: it becomes an
     error row ({**identity(index), "error": reason}) and fresh ranks go on after it."""
     rows: dict[int, dict] = {}
     start, k = 0, 0
@@ -174,52 +190,6 @@ def run_configs(nproc: int, workdir: Path, net, threads: int, module: str, spec:
         rows[pending[-1]] = {**identity(pending[-1]), "error": res.reason}
         start = pending[-1] + 1
     return rows
-
-
-def worker_cli(argv: list[str], train_one, make_row) -> int:
-    """`python -m ringzip.bench.<module> --worker SPEC.json`: one rank of run_configs."""
-    if len(argv) == 2 and argv[0] == "--worker":
-        return worker_loop(argv[1], train_one, make_row)
-    print("internal: --worker SPEC.json, started by ringzip-bench (see `ringzip-bench train --help`)")
-    return 2
-
-
-def worker_loop(spec_path: str, train_one, make_row) -> int:
-    """Rank side of run_configs: join the default (gloo) group, run every configuration from
-    spec['start'] on with `train_one(spec, cfg, rank, n, timeout) -> dict` (an exception becomes
-    the row's error), gather the ranks' results, and let rank 0 append
-    `make_row(spec, cfg, results_of_all_ranks, error_or_None)` to the events file."""
-    import datetime
-
-    import torch
-    import torch.distributed as dist
-
-    spec = json.loads(Path(spec_path).read_text())
-    rank, n = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    torch.set_num_threads(spec.get("threads", 1))
-    timeout = datetime.timedelta(seconds=spec.get("timeout_s", 300))
-    dist.init_process_group("gloo", rank=rank, world_size=n, timeout=timeout,
-                            init_method=f"tcp://{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}")
-    events = open(spec["events"], "a") if rank == 0 else None
-    for idx in range(spec["start"], len(spec["configs"])):
-        cfg = spec["configs"][idx]
-        if events:
-            events.write(json.dumps({"event": "begin", "index": idx}) + "\n")
-            events.flush()
-        try:
-            res = train_one(spec, cfg, rank, n, timeout)
-            res["err"] = None
-        except Exception as e:  # noqa: BLE001 - becomes the row's error
-            res = {"err": f"{type(e).__name__}: {e}"[:300]}
-        got = [None] * n
-        dist.all_gather_object(got, res)
-        if events:
-            row = make_row(spec, cfg, got, next((g["err"] for g in got if g["err"]), None))
-            events.write(json.dumps({"event": "row", "index": idx, "row": row}) + "\n")
-            events.flush()
-    dist.barrier()
-    dist.destroy_process_group()
-    return 0
 
 
 @contextlib.contextmanager

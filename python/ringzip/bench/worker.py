@@ -4,14 +4,13 @@ Usage: python -m ringzip.bench.worker SPEC.json   (RANK, WORLD_SIZE, MASTER_ADDR
 
 Every rank walks the same plan (size outer, configuration inner). The control group (gloo, the
 default group) aligns iteration starts with a barrier and gathers each row to rank 0, which
-appends it to the events file as one JSON line. The measured op runs on a separate group per
+writes it as a "row" event (rank.py). The measured op runs on a separate group per
 configuration. Errors are caught per row and reported as rows, so one bad configuration does not
 end the sweep; a crash or hang is handled by the launcher (it restarts after the bad row).
 """
 from __future__ import annotations
 
 import datetime
-import json
 import os
 import statistics
 import sys
@@ -24,6 +23,7 @@ import torch.distributed as dist
 
 from .ops import DTYPES, OpCase, bus_factor, element_count, redop
 from .plan import build_plan
+from .rank import Events, join, leave, load_spec
 
 
 def _stats_bytes(stats) -> tuple[float, ...] | None:
@@ -364,14 +364,8 @@ def _inject_fault(idx: int, rank: int) -> None:
 
 
 def main(argv=None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    with open(argv[0]) as f:
-        spec = json.load(f)
-    rank, n = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    torch.set_num_threads(spec.get("threads", 1))
-    timeout = datetime.timedelta(seconds=spec.get("timeout_s", 300))
-    dist.init_process_group("gloo", rank=rank, world_size=n, timeout=timeout,
-                            init_method=f"tcp://{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}")
+    spec = load_spec((sys.argv[1:] if argv is None else argv)[0])
+    rank, n, timeout = join(spec.get("timeout_s", 300), spec.get("threads", 1))
     if any(c["backend"] == "ringzip" for c in spec["configs"]):
         try:
             import ringzip  # noqa: F401  (registers the backend)
@@ -382,7 +376,7 @@ def main(argv=None) -> int:
     groups = Groups(timeout, spec.get("ringzip_options", {}))
     # Every group is created and exercised before the first row, so no row (in particular the
     # first ringzip one) pays for connection set-up and first-use initialization.
-    events = open(spec["events"], "a") if rank == 0 else None
+    events = Events(spec["events"], rank)
     for cfg in spec["configs"]:
         g, err = groups.get(cfg)
         if g is not None and err is None:
@@ -393,9 +387,7 @@ def main(argv=None) -> int:
                 pass
             topo = _topology(g) if events and cfg["backend"] == "ringzip" else None
             if topo:
-                events.write(json.dumps({"event": "topology", "key": cfg["key"], "topology": topo},
-                                        default=str) + "\n")
-                events.flush()
+                events.write("topology", key=cfg["key"], topology=topo)
     skip = set(spec.get("skip", []))
     dtype = DTYPES[spec["dtype"]]
     elem = torch.empty(0, dtype=dtype).element_size()
@@ -404,9 +396,7 @@ def main(argv=None) -> int:
         if idx in skip:
             continue
         item = plan[idx]
-        if events:
-            events.write(json.dumps({"event": "begin", "index": idx}) + "\n")
-            events.flush()
+        events.write("begin", index=idx)
         if case_size != item["size"]:
             case = None  # free the previous size's buffers first
             count = element_count(spec["op"], item["size"], elem, n)
@@ -418,15 +408,8 @@ def main(argv=None) -> int:
         gathered = [None] * n
         dist.all_gather_object(gathered, res)
         if events:
-            row = combine(spec, item, case, gathered, n)
-            events.write(json.dumps({"event": "row", "index": idx, "row": row}) + "\n")
-            events.flush()
-    dist.barrier()
-    if events:
-        events.write(json.dumps({"event": "done"}) + "\n")
-        events.close()
-    dist.destroy_process_group()
-    return 0
+            events.write("row", index=idx, row=combine(spec, item, case, gathered, n))
+    return leave(events)
 
 
 if __name__ == "__main__":

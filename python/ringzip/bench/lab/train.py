@@ -15,14 +15,12 @@ import sys
 import time
 from pathlib import Path
 
-from .common import header_lines, log, split_list
+from ..common import header_lines, log, parse_key_values, split_list
 
 IN_DIM, CLASSES = 64, 10
 
 
 def add_arguments(p) -> None:
-    from . import tta
-
     p.add_argument("--task", default="synthetic", choices=("synthetic", "charlm", "digits"),
                    help="synthetic: the MLP below, one row per --backend/--codec; charlm, digits: time to "
                         "accuracy on real data against torch's DDP hooks (--rows, --seeds; tta.py)")
@@ -41,7 +39,6 @@ def add_arguments(p) -> None:
     p.add_argument("--row-timeout", type=float, help="seconds without a finished row before the ranks count as "
                                                      "hung; default 300 (synthetic), 900 (tasks)")
     p.add_argument("--threads", type=int, default=1)
-    tta.add_arguments(p)
 
 
 # ---- rank side --------------------------------------------------------------------------------
@@ -124,20 +121,15 @@ def _row(spec, cfg, got, err) -> dict:
 
 # ---- launcher side ----------------------------------------------------------------------------
 def run(args) -> int:
-    if args.task != "synthetic":
-        from . import tta
-
-        return tta.run(args)
     args.steps, args.batch, args.lr = args.steps or 150, args.batch or 64, args.lr or 0.05
     args.row_timeout = args.row_timeout or 300.0
-    from .collective import _parse_ropts
-    from .launch import ranks_env, run_configs
-    from .plan import configs
+    from ..launch import ranks_env, run_configs
+    from ..plan import configs
 
     cfgs = configs(split_list(args.backend), split_list(args.codec) or ["none"], split_list(args.algorithm) or ["auto"])
     cfgs.sort(key=lambda c: c["backend"] != "gloo")
     spec = {"configs": cfgs, "steps": args.steps, "batch": args.batch, "hidden": args.hidden, "lr": args.lr,
-            "seed": args.seed, "threads": args.threads, "ringzip_options": _parse_ropts(args.ropt),
+            "seed": args.seed, "threads": args.threads, "ringzip_options": parse_key_values(args.ropt),
             "timeout_s": max(60.0, args.row_timeout)}
     rows: dict[int, dict] = {}
     link = "?"
@@ -156,7 +148,7 @@ def run(args) -> int:
     try:
         with ranks_env(args.nproc, args.net, "ringzip-train-") as (tmp, net, link):
             print("\n".join(header_lines(args.nproc, link, extra)), flush=True)
-            rows = run_configs(args.nproc, tmp, net, args.threads, "ringzip.bench.train", spec, len(cfgs),
+            rows = run_configs(args.nproc, tmp, net, args.threads, "ringzip.bench.lab.train", spec, len(cfgs),
                                args.row_timeout, identity, on_row, log)
     except KeyboardInterrupt:
         log("[train] interrupted")
@@ -178,6 +170,6 @@ def run(args) -> int:
 
 
 if __name__ == "__main__":
-    from .launch import worker_cli
+    from ..rank import worker_cli
 
     sys.exit(worker_cli(sys.argv[1:], _train_one, _row))

@@ -6,31 +6,26 @@ size so that ringzip's tuner measures and chooses, and hash every result. A run 
 per rank (equal on all ranks) and the dense algorithms the tuner chose; the runs' hashes must be
 equal. --nodes 2 emulates two machines (RINGZIP_NODE_ID), so calls from 1 MiB run node-aware.
 
-    python bench/repro_check.py --runs 3 --nproc 3
-    python bench/repro_check.py --runs 3 --nproc 4 --nodes 2
+    python -m ringzip.bench.lab.repro_check --runs 3 --nproc 3
+    python -m ringzip.bench.lab.repro_check --runs 3 --nproc 4 --nodes 2
 """
 from __future__ import annotations
 
 import argparse
 import hashlib
 import json
-import os
-import platform
-import socket
-import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
+
+from ..common import cpu_model
+from ..launch import run_once
 
 SIZES = [1 << k for k in range(10, 23, 2)]  # 1 K .. 4 M elements
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def rank_main(calls: int, codec: str | None, algorithm: str | None, deterministic: bool) -> None:
+def rank_main(calls: int, codec: str | None, algorithm: str | None, deterministic: bool, out_dir: Path) -> None:
     import torch
     import torch.distributed as dist
 
@@ -49,36 +44,28 @@ def rank_main(calls: int, codec: str | None, algorithm: str | None, deterministi
             dist.all_reduce(t)
             h.update(t.numpy().tobytes())
     st = ringzip.stats().get("auto", {})
-    print(json.dumps({"rank": rank, "hash": h.hexdigest()[:16],
-                      "algorithms": st.get("algorithm_choices", {}), "codecs": st.get("codec_choices", {})}),
-          flush=True)
+    (out_dir / f"rank{rank}.json").write_text(json.dumps({
+        "rank": rank, "hash": h.hexdigest()[:16], "algorithms": st.get("algorithm_choices", {}),
+        "codecs": st.get("codec_choices", {})}))
     dist.destroy_process_group()
 
 
 def one_run(args) -> list[dict]:
-    port = free_port()
-    procs = []
     per_node = args.nproc // args.nodes
-    for r in range(args.nproc):
-        env = dict(os.environ, RANK=str(r), WORLD_SIZE=str(args.nproc), MASTER_ADDR="127.0.0.1",
-                   MASTER_PORT=str(port), LOCAL_RANK=str(r % per_node), LOCAL_WORLD_SIZE=str(per_node),
-                   OMP_NUM_THREADS="1")
-        if args.nodes > 1:
-            env["RINGZIP_NODE_ID"] = f"node{r // per_node}"
-        cmd = [sys.executable, __file__, "--as-rank", "--calls", str(args.calls)]
-        for flag in ("codec", "algorithm"):
-            if getattr(args, flag):
-                cmd += [f"--{flag}", getattr(args, flag)]
-        if args.deterministic:
-            cmd.append("--deterministic")
-        procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, text=True))
-    out = []
-    for p in procs:
-        stdout, _ = p.communicate(timeout=args.timeout)
-        if p.returncode:
-            raise SystemExit(f"a rank failed (exit {p.returncode})")
-        out.append(json.loads(stdout.strip().splitlines()[-1]))
-    return sorted(out, key=lambda d: d["rank"])
+
+    def node_env(r: int) -> dict:  # --nodes: ranks numbered node by node, as torchrun does
+        env = {"LOCAL_RANK": str(r % per_node), "LOCAL_WORLD_SIZE": str(per_node)}
+        return env | ({"RINGZIP_NODE_ID": f"node{r // per_node}"} if args.nodes > 1 else {})
+
+    cmd = ["--as-rank", "--calls", str(args.calls)]
+    for flag in ("codec", "algorithm"):
+        if getattr(args, flag):
+            cmd += [f"--{flag}", getattr(args, flag)]
+    if args.deterministic:
+        cmd.append("--deterministic")
+    with tempfile.TemporaryDirectory() as tmp:
+        run_once(args.nproc, Path(tmp), "ringzip.bench.lab.repro_check", cmd + ["--out", tmp], args.timeout, node_env)
+        return [json.loads((Path(tmp) / f"rank{r}.json").read_text()) for r in range(args.nproc)]
 
 
 def main() -> int:
@@ -92,17 +79,16 @@ def main() -> int:
     p.add_argument("--deterministic", action="store_true", help="torch.use_deterministic_algorithms(True)")
     p.add_argument("--timeout", type=float, default=600)
     p.add_argument("--as-rank", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--out", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.as_rank:
-        rank_main(args.calls, args.codec, args.algorithm, args.deterministic)
+        rank_main(args.calls, args.codec, args.algorithm, args.deterministic, Path(args.out))
         return 0
     if args.nproc % args.nodes:
         p.error("--nproc must be a multiple of --nodes")
     import torch
 
-    cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
-               platform.processor())
-    print(f"# {time.strftime('%Y-%m-%d %H:%M')}, {cpu}, torch {torch.__version__}, "
+    print(f"# {time.strftime('%Y-%m-%d %H:%M')}, {cpu_model()}, torch {torch.__version__}, "
           f"{args.nproc} ranks on {args.nodes} emulated node(s), {args.calls} calls x {len(SIZES)} sizes, "
           f"codec={args.codec or 'default'} algorithm={args.algorithm or 'default'}"
           f"{', deterministic' if args.deterministic else ''}")

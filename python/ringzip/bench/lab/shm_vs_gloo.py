@@ -1,6 +1,7 @@
 """Shared-memory transport vs Gloo over loopback TCP, side by side in one run.
 
-    PYTHONPATH=python python bench/shm_vs_gloo.py [--ranks 2,4] [--reps 7] [--out bench/results/shm_vs_gloo.json]
+    PYTHONPATH=python python -m ringzip.bench.lab.shm_vs_gloo [--ranks 2,4] [--reps 7]
+        [--out bench/results/shm_vs_gloo.json]
 
 Each scenario starts its ranks as processes on this host, each holding both a torch
 ProcessGroupGloo (127.0.0.1) and a ringzip ShmTransport built on the same store; every
@@ -20,22 +21,16 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
+
+from ..common import cpu_model
+from ..launch import run_once
 
 PP_SIZES = [4, 64, 512, 4096]
 BIG = 64 << 20
-
-
-def cpu_model() -> str:
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-    fields = dict(line.split(":", 1) for line in out.splitlines() if ":" in line)
-    return f"{fields.get('Model name', '?').strip()}, {fields.get('CPU(s)', '?').strip()} CPUs"
 
 
 # ---- worker (one process per rank) ---------------------------------------------------------
@@ -142,27 +137,13 @@ def worker(rank: int, size: int, tmp: str, reps: int) -> None:
 
 def launch(size: int, reps: int, timeout: float) -> dict:
     with tempfile.TemporaryDirectory(prefix="shm_bench_") as tmp:
-        env = dict(os.environ, OMP_NUM_THREADS="1")
-        procs = [subprocess.Popen([sys.executable, os.path.abspath(__file__), "--worker", str(r), str(size), tmp,
-                                   str(reps)], env=env) for r in range(size)]
-        deadline = time.monotonic() + timeout
-        try:
-            for p in procs:
-                p.wait(timeout=max(1.0, deadline - time.monotonic()))
-        finally:
-            for p in procs:
-                if p.poll() is None:
-                    p.kill()
-                    p.wait()
-        if any(p.returncode for p in procs):
-            raise SystemExit(f"a rank of the {size}-rank run failed: {[p.returncode for p in procs]}")
-        with open(os.path.join(tmp, "result.json")) as f:
-            return json.load(f)
+        run_once(size, Path(tmp), "ringzip.bench.lab.shm_vs_gloo", ["--worker", tmp, str(reps)], timeout)
+        return json.loads((Path(tmp) / "result.json").read_text())
 
 
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--worker":
-        worker(int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], int(sys.argv[5]))
+        worker(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), sys.argv[2], int(sys.argv[3]))
         return
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--ranks", default="2,4", help="rank counts for the all-reduce (2 also runs ping-pong)")
@@ -173,7 +154,7 @@ def main() -> None:
     sizes = [int(s) for s in args.ranks.split(",")]
     if 2 not in sizes:
         sizes.insert(0, 2)
-    cpu = cpu_model()
+    cpu = f"{cpu_model()}, {os.cpu_count()} CPUs"
     print(f"# shm vs gloo (loopback TCP) -- {cpu}; medians of {args.reps} repetitions; "
           f"load average {os.getloadavg()[0]:.1f} (other users' work skews both, the ratios less)")
     print(f"# command: {' '.join([os.path.basename(sys.executable)] + sys.argv)}")

@@ -1,4 +1,3 @@
-#!/usr/bin/env python
 """Soak test of the ringzip backend: many mixed collectives, checked, with resource accounting.
 
 Every rank runs two process groups (the default group and a second ringzip group) from two
@@ -12,8 +11,8 @@ warm-up (a pass that touches every buffer and residual once, then --warmup, defa
 the random calls) and at the end; threads and file descriptors are
 counted before init and after destroy_process_group.
 
-    python bench/soak.py                       # full run: 20000 collectives, 2 ranks
-    python bench/soak.py --collectives 2000    # the short version the test suite runs
+    python -m ringzip.bench.lab.soak                       # full run: 20000 collectives, 2 ranks
+    python -m ringzip.bench.lab.soak --collectives 2000    # the short version the test suite runs
 
 Exit status 0 when every check passed and memory grew < --max-growth after warm-up; a JSON
 summary goes to stdout (and --json FILE).
@@ -24,13 +23,15 @@ import argparse
 import json
 import os
 import random
-import subprocess
 import sys
 import tempfile
 import threading
 import time
 import zlib
 from datetime import timedelta
+from pathlib import Path
+
+from ..launch import log_tail, run_once
 
 CODECS = ["none", "fp16", "bf16", "q8", "q4", "q2", "q1", "topk:0.05", "randomk:0.05"]
 # float32 element counts up to 16 MB, weighted toward the small sizes real workloads issue most
@@ -250,32 +251,19 @@ def main(argv=None) -> int:
     ap.add_argument("--timeout", type=float, default=120.0, help="collective timeout, s")
     ap.add_argument("--hard-timeout", type=float, default=3600.0, help="kill the ranks after, s")
     ap.add_argument("--json")
-    ap.add_argument("--rank", type=int, help=argparse.SUPPRESS)
-    ap.add_argument("--store", help=argparse.SUPPRESS)
-    ap.add_argument("--out", help=argparse.SUPPRESS)
+    ap.add_argument("--as-rank", metavar="DIR", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
-    if args.rank is not None:
+    if args.as_rank:
+        args.rank, args.store = int(os.environ["RANK"]), os.path.join(args.as_rank, "store")
         res = rank_main(args)
-        with open(args.out, "w") as f:
+        with open(os.path.join(args.as_rank, f"r{args.rank}.json"), "w") as f:
             json.dump(res, f)
         os._exit(0)
     with tempfile.TemporaryDirectory(prefix="rz_soak_") as tmp:
-        env = dict(os.environ, OMP_NUM_THREADS="1")
-        here = os.path.abspath(__file__)
-        procs = [subprocess.Popen([sys.executable, here, *(argv or sys.argv[1:]), "--rank", str(r),
-                                   "--store", os.path.join(tmp, "store"), "--out", os.path.join(tmp, f"r{r}.json")],
-                                  env=env, start_new_session=True) for r in range(args.world)]
-        deadline = time.time() + args.hard_timeout
-        hung = False
-        for p in procs:
-            try:
-                p.wait(timeout=max(1, deadline - time.time()))
-            except subprocess.TimeoutExpired:
-                hung = True
-        for p in procs:
-            if p.poll() is None:
-                os.killpg(p.pid, 9)
-                p.wait()
+        run = run_once(args.world, Path(tmp), "ringzip.bench.lab.soak", [*(argv or sys.argv[1:]), "--as-rank", tmp],
+                       args.hard_timeout, check=False)
+        hung = run.reason.startswith("total timeout")
+        failure = "" if run.ok or hung else f"{run.reason}\n{log_tail(run.logs)}"
         ranks = []
         for r in range(args.world):
             path = os.path.join(tmp, f"r{r}.json")
@@ -283,6 +271,8 @@ def main(argv=None) -> int:
     problems = []
     if hung:
         problems.append("hard timeout: ranks killed")
+    if failure:
+        problems.append(failure)
     for r, res in enumerate(ranks):
         if res is None:
             problems.append(f"rank {r}: no result")

@@ -5,14 +5,14 @@ import json
 import statistics
 from pathlib import Path
 
-from .common import fmt_bytes
+from ..common import fmt_bytes
 
 FIXED = ("none", "bf16", "fp16", "q8", "q4", "q2", "q1")
 
 
 def link_order(link: str) -> float:
     """loopback first, then the emulated rates, fastest first."""
-    from .common import parse_rate_bits
+    from ..common import parse_rate_bits
 
     return float("-inf") if link == "loopback" else -parse_rate_bits(link)
 

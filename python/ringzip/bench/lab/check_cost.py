@@ -1,11 +1,10 @@
-#!/usr/bin/env python
 """Cost of ringzip's mismatch check: Options(check="off" / "auto" / "on") side by side, gloo too.
 
 --world ranks, one process group per mode, all_reduce of float32 tensors of each size (4 B to
 64 MiB); the modes take turns in blocks (order rotating) so background load hits all alike.
 Prints the median time per call and each mode's cost over check="off".
 
-    python bench/check_cost.py [--world 4] [--iters 300]
+    python -m ringzip.bench.lab.check_cost [--world 4] [--iters 300]
 """
 from __future__ import annotations
 
@@ -13,10 +12,12 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
+from pathlib import Path
+
+from ..common import cpu_model
+from ..launch import run_once
 
 SIZES = [1, 256, 16384, 262144, 1 << 20, 1 << 22, 1 << 24]  # elements: 4 B .. 64 MiB
 MODES = ("off", "auto", "on", "gloo")
@@ -56,30 +57,25 @@ def rank_main(rank, world, store, iters, out):
 
 
 def main():
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--world", type=int, default=4)
     ap.add_argument("--iters", type=int, default=300)
-    ap.add_argument("--rank", type=int)
-    ap.add_argument("--store")
-    ap.add_argument("--out")
+    ap.add_argument("--as-rank", metavar="DIR", help=argparse.SUPPRESS)
     a = ap.parse_args()
-    if a.rank is not None:
-        rank_main(a.rank, a.world, a.store, a.iters, a.out)
+    if a.as_rank:
+        rank_main(int(os.environ["RANK"]), a.world, os.path.join(a.as_rank, "s"), a.iters,
+                  os.path.join(a.as_rank, "out.json"))
         return
     with tempfile.TemporaryDirectory() as tmp:
-        out = os.path.join(tmp, "out.json")
-        ps = [subprocess.Popen([sys.executable, __file__, "--world", str(a.world), "--iters", str(a.iters),
-                                "--rank", str(r), "--store", os.path.join(tmp, "s"), "--out", out],
-                               env=dict(os.environ, OMP_NUM_THREADS="1")) for r in range(a.world)]
-        for p in ps:
-            p.wait(timeout=600)
-        res = json.load(open(out))
-    cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")), "?")
-    print(f"all_reduce float32, {a.world} ranks, loopback, median us per call; CPU: {cpu}")
+        run_once(a.world, Path(tmp), "ringzip.bench.lab.check_cost",
+                 ["--world", str(a.world), "--iters", str(a.iters), "--as-rank", tmp], 600)
+        res = json.loads((Path(tmp) / "out.json").read_text())
+    print(f"all_reduce float32, {a.world} ranks, loopback, median us per call; CPU: {cpu_model()}")
     print(f"{'bytes':>10} {'gloo':>10} {'off':>10} {'auto':>10} {'on':>10} {'auto/off':>9} {'on/off':>8}")
     for n, r in res.items():
         print(f"{int(n) * 4:>10} {r['gloo']:>10.1f} {r['off']:>10.1f} {r['auto']:>10.1f} {r['on']:>10.1f} "
               f"{r['auto'] / r['off']:>9.3f} {r['on'] / r['off']:>8.3f}")
+
 
 if __name__ == "__main__":
     main()

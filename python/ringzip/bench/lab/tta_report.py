@@ -213,7 +213,7 @@ def write(stem: str, meta, runs) -> list[str]:
 
 
 def main(argv=None) -> int:
-    """python -m ringzip.bench.tta_report RESULT.json: rewrite RESULT.md and RESULT.png from the
+    """python -m ringzip.bench.lab.tta_report RESULT.json: rewrite RESULT.md and RESULT.png from the
     runs recorded in RESULT.json (after a change to this report; nothing is measured again)."""
     import sys
 

@@ -3,7 +3,7 @@ collective runs on them (plain TCP from the standard library: no torch, no Gloo,
 
     ringzip-bench linkcheck --net 1gbit -n 4          ring vs all-to-all, 16 MiB per peer, 5 rounds
 
-Every rank (one network namespace each, netem.py) sends the same bytes, (n-1) x --mib MiB, and
+Every rank (one network namespace each, ringzip.bench.netem) sends the same bytes, (n-1) x --mib MiB, and
 receives as many, all at once, in one of two patterns:
   ring        to its right neighbour only: one flow per direction of every NIC (the exact ring
               all-reduce's pattern);
@@ -38,8 +38,8 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from .common import cpu_model, log, parse_net
-    from .netem import open_env
+    from ..common import cpu_model, log, parse_net
+    from ..netem import open_env
 
     rate, delay = parse_net(args.net)
     if args.nproc < 2 or args.repeat < 1 or args.mib <= 0:

@@ -25,9 +25,9 @@ import time
 from pathlib import Path
 
 from . import grid_report
-from .common import (cpu_model, default_results_dir, fmt_bytes, header_lines, log, parse_rate_bits, parse_size,
+from ..common import (cpu_model, default_results_dir, fmt_bytes, header_lines, log, parse_rate_bits, parse_size,
                      split_list, versions)
-from .plan import configs
+from ..plan import configs
 
 DEFAULTS = dict(sizes="64K,1M,4M,16M,64M", links="loopback,10gbit,3gbit,1gbit", nproc="3,4", repeat=3,
                 codecs="none,bf16,q8,q4,auto", dense="ring,rd,star,hd,tree", time_budget=0.5, iters=15, warmup=20)
@@ -106,13 +106,13 @@ def _lscpu() -> str:
 
 
 def _cell_rows(args, sizes, rate, n, link) -> list[dict]:
-    from .launch import Launcher, log_tail
+    from ..launch import Launcher, log_tail
 
     spec = _spec(args, sizes)
     rows: list[dict] = []
     net_ctx = None
     if rate:
-        from .netem import open_env
+        from ..netem import open_env
 
         net_ctx = open_env(n, rate, 0.0, log=log)
     with tempfile.TemporaryDirectory(prefix="ringzip-grid-") as tmp:
@@ -131,7 +131,7 @@ def _cell_rows(args, sizes, rate, n, link) -> list[dict]:
         if net_ctx is not None:
             net_ctx.__enter__()
         try:
-            res = Launcher(n, Path(tmp), net_ctx).run("ringzip.bench.grid_worker", [f"{tmp}/spec.json"],
+            res = Launcher(n, Path(tmp), net_ctx).run("ringzip.bench.lab.grid_worker", [f"{tmp}/spec.json"],
                                                       Path(spec["events"]), args.row_timeout, on_event)
         finally:
             if net_ctx is not None:

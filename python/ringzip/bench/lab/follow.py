@@ -2,11 +2,11 @@
 
     ringzip-bench follow --nproc 4 --size 16M --from 10gbit --to 1gbit --calls 60 --switch-at 20
 
-Every rank runs in its own network namespace (netem.py). The ranks all-reduce --size of float32
+Every rank runs in its own network namespace (ringzip.bench.netem). The ranks all-reduce --size of float32
 --calls times; after --switch-at calls they pause, the launcher changes every link's tc rate to
 --to, and they go on. Rank 0 records each call's time, the codec auto ran and the agreed link
 estimate; the report (<out-dir>/<stem>.{md,json}) says after how many calls the choice followed.
-Rank side: python -m ringzip.bench.follow rank SPEC.json (started by the launcher).
+Rank side: python -m ringzip.bench.lab.follow rank SPEC.json (started by the launcher).
 """
 from __future__ import annotations
 
@@ -17,7 +17,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from .common import cpu_model, default_results_dir, log, parse_rate_bits, parse_size
+from ..common import cpu_model, default_results_dir, log, parse_rate_bits, parse_size
+from ..rank import Events, join, leave, load_spec
 
 
 def add_arguments(p) -> None:
@@ -33,8 +34,8 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from .launch import Launcher
-    from .netem import open_env
+    from ..launch import Launcher
+    from ..netem import open_env
 
     spec = {"size": parse_size(args.size), "calls": args.calls, "switch_at": args.switch_at, "codec": args.codec}
     calls: list[dict] = []
@@ -52,7 +53,7 @@ def run(args) -> int:
                 log(f"[follow] call {ev['i']:3d} {ev['us'] / 1e3:8.1f} ms  {ev['choice']:>5}  "
                     f"agreed link {ev['link_gbit']:.2f}, host {ev['host_gbit']:.2f} Gbit/s")
 
-        res = Launcher(args.nproc, Path(tmp), net).run("ringzip.bench.follow", ["rank", f"{tmp}/spec.json"],
+        res = Launcher(args.nproc, Path(tmp), net).run("ringzip.bench.lab.follow", ["rank", f"{tmp}/spec.json"],
                                                         Path(spec["events"]), 300.0, on_event)
         if not res.ok:
             log(f"[follow] failed: {res.reason}")
@@ -100,28 +101,21 @@ def _report(args, calls: list[dict]) -> int:
 
 
 def rank_main(spec_path: str) -> int:
-    import datetime
-
     import torch
     import torch.distributed as dist
 
     import ringzip
 
-    spec = json.loads(Path(spec_path).read_text())
-    rank, n = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=n, timeout=datetime.timedelta(seconds=300),
-                            init_method=f"tcp://{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}")
+    spec = load_spec(spec_path)
+    rank, n, _ = join()
     g = dist.new_group(backend="ringzip", pg_options=ringzip.Options(codec=spec["codec"], min_numel=0))
     x = torch.randn(spec["size"] // 4, generator=torch.Generator().manual_seed(rank))
-    events = open(spec["events"], "a") if rank == 0 else None
+    events = Events(spec["events"], rank)
     for i in range(spec["calls"]):
         if i == spec["switch_at"]:
-            if events:
-                events.write(json.dumps({"event": "switch"}) + "\n")
-                events.flush()
-                while not os.path.exists(spec["flag"]):
-                    time.sleep(0.05)
+            events.write("switch")
+            while events and not os.path.exists(spec["flag"]):
+                time.sleep(0.05)
             dist.barrier()
         buf = x.clone()
         dist.barrier()
@@ -129,17 +123,11 @@ def rank_main(spec_path: str) -> int:
         dist.all_reduce(buf, group=g)
         t = time.perf_counter() - t0
         auto = ringzip.stats(g)["auto"]
-        if events:
-            events.write(json.dumps({"event": "call", "i": i, "us": t * 1e6, "choice": auto["last"]["choice"],
-                                     "way": auto["last"]["way"], "link_gbit": auto["params"]["link_gbit"],
-                                     "host_gbit": auto["params"]["host_gbit"],
-                                     "predicted_us": {k: v * 1e6 for k, v in auto["last"]["predicted_s"].items()},
-                                     "tried": auto["last"]["tried"], "changes": auto["changes"],
-                                     "refreshes": auto["refreshes"]}) + "\n")
-            events.flush()
-    dist.barrier()
-    dist.destroy_process_group()
-    return 0
+        events.write("call", i=i, us=t * 1e6, choice=auto["last"]["choice"], way=auto["last"]["way"],
+                     link_gbit=auto["params"]["link_gbit"], host_gbit=auto["params"]["host_gbit"],
+                     predicted_us={k: v * 1e6 for k, v in auto["last"]["predicted_s"].items()},
+                     tried=auto["last"]["tried"], changes=auto["changes"], refreshes=auto["refreshes"])
+    return leave(events)
 
 
 if __name__ == "__main__":

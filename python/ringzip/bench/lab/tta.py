@@ -21,7 +21,7 @@ import sys
 import time
 from itertools import accumulate
 
-from .common import header_lines, log, split_list
+from ..common import default_results_dir, header_lines, log, parse_key_values, split_list
 
 ROWS = ("gloo,gloo+bf16,gloo+powersgd1,gloo+powersgd4,ringzip:none,ringzip:bf16,ringzip:q8,ringzip:q4,"
         "ringzip:q2,ringzip:topk:0.01")
@@ -193,10 +193,8 @@ def _row(spec, cfg, got, err) -> dict:
 
 # ---- launcher side ----------------------------------------------------------------------------
 def task_config(task, args) -> dict:
-    from .collective import _parse_ropts
-
     tc = dict(task.DEFAULTS)
-    extra = _parse_ropts(args.task_opt)
+    extra = parse_key_values(args.task_opt, "--task-opt")
     unknown = sorted(set(extra) - set(tc))
     if unknown:
         raise ValueError(f"--task-opt: {args.task} has no setting {', '.join(unknown)} (it has {', '.join(tc)})")
@@ -211,9 +209,7 @@ def run(args) -> int:
     import torch
 
     from . import tasks, tta_report
-    from .collective import _parse_ropts
-    from .common import default_results_dir
-    from .launch import ranks_env, run_configs
+    from ..launch import ranks_env, run_configs
 
     task = tasks.get(args.task)
     tc = task_config(task, args)
@@ -230,7 +226,7 @@ def run(args) -> int:
     spec = {"configs": cfgs, "task": args.task, "task_cfg": tc, "threads": args.threads,
             "eval_steps": sorted(set(range(0, steps + 1, int(tc["eval_every"]))) | {target_step, steps}),
             "powersgd_start": args.powersgd_start or min(1000, max(2, steps // 10)),
-            "ringzip_options": _parse_ropts(args.ropt), "timeout_s": max(60.0, args.row_timeout)}
+            "ringzip_options": parse_key_values(args.ropt), "timeout_s": max(60.0, args.row_timeout)}
     torch.manual_seed(seeds[0])
     about = task.describe(tc, task.load(tc), task.model(tc))
     tag = "loopback" if not args.net else "net-" + args.net.replace(",", "-")
@@ -250,7 +246,7 @@ def run(args) -> int:
         with ranks_env(args.nproc, args.net, "ringzip-tta-") as (tmp, net, link):
             hdr = header_lines(args.nproc, link, extra)
             print("\n".join(hdr), flush=True)
-            results = run_configs(args.nproc, tmp, net, args.threads, "ringzip.bench.tta", spec, len(cfgs),
+            results = run_configs(args.nproc, tmp, net, args.threads, "ringzip.bench.lab.tta", spec, len(cfgs),
                                   args.row_timeout, lambda i: dict(cfgs[i], nproc=args.nproc), on_row, log)
     except KeyboardInterrupt:
         log("[tta] interrupted; writing what was measured")
@@ -264,6 +260,6 @@ def run(args) -> int:
 
 
 if __name__ == "__main__":
-    from .launch import worker_cli
+    from ..rank import worker_cli
 
     sys.exit(worker_cli(sys.argv[1:], _train_one, _row))

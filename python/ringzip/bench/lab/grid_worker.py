@@ -1,6 +1,6 @@
 """One rank of a `ringzip-bench grid` run (started by grid.py through launch.py, never by hand).
 
-Usage: python -m ringzip.bench.grid_worker SPEC.json   (RANK, WORLD_SIZE, MASTER_ADDR/PORT in env)
+Usage: python -m ringzip.bench.lab.grid_worker SPEC.json   (RANK, WORLD_SIZE, MASTER_ADDR/PORT in env)
 
 Per size, every configuration (a ringzip group each) runs once per round, in turn (each round
 starting one configuration later), so a burst of load on this shared machine hits all of them
@@ -8,14 +8,11 @@ alike: first `warmup` rounds (auto measures and explores there), then settling r
 every group's last SETTLE_CALM calls ran by price (the bench's rule, worker.py; at most
 SETTLE_MAX rounds and no longer than the warm-up took), then timed rounds until the time budget
 is spent (at least `repeat`). A call's time is the
-slowest rank's; a configuration's time is the median over the timed rounds. Rank 0 writes one
-JSON line per (size, configuration) to the events file.
+slowest rank's; a configuration's time is the median over the timed rounds. Rank 0 writes a
+"row" event per (size, configuration) (rank.py).
 """
 from __future__ import annotations
 
-import datetime
-import json
-import os
 import statistics
 import sys
 import time
@@ -23,7 +20,8 @@ import time
 import torch
 import torch.distributed as dist
 
-from .worker import SETTLE_CALM, SETTLE_MAX, _choice_label
+from ..rank import Events, join, leave, load_spec
+from ..worker import SETTLE_CALM, SETTLE_MAX, _choice_label
 
 
 def _groups(spec):
@@ -97,13 +95,10 @@ def _auto(ringzip, group, before):
 def main(argv=None) -> int:
     import ringzip
 
-    spec = json.loads(open((argv or sys.argv[1:])[0]).read())
-    rank, n = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=n, timeout=datetime.timedelta(seconds=600),
-                            init_method=f"tcp://{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}")
+    spec = load_spec((argv or sys.argv[1:])[0])
+    rank, n, _ = join(timeout_s=600)
     groups = _groups(spec)
-    events = open(spec["events"], "a") if rank == 0 else None
+    events = Events(spec["events"], rank)
     for size in spec["sizes"]:
         x = torch.randn(size // 4, generator=torch.Generator().manual_seed(size + rank))
         t_warm = time.monotonic()
@@ -128,15 +123,8 @@ def main(argv=None) -> int:
                    "time_us": statistics.median(col) * 1e6,
                    "times_us": [t * 1e6 for t in col], **_auto(ringzip, g, before[key])}
             row["auto_choice"] = _choice_label(row.get("auto_codecs") or row.get("auto_algorithms"))
-            if events:
-                events.write(json.dumps({"event": "row", "row": row}) + "\n")
-                events.flush()
-    dist.barrier()
-    if events:
-        events.write(json.dumps({"event": "done"}) + "\n")
-        events.close()
-    dist.destroy_process_group()
-    return 0
+            events.write("row", row=row)
+    return leave(events)
 
 
 if __name__ == "__main__":

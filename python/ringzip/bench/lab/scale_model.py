@@ -2,8 +2,8 @@
 shared slow link), the links inside a node and the codec (docs/algorithms.md, "Node-aware
 collectives", where its table and assumptions are).
 
-    python -m ringzip.bench.scale_model            the docs table
-    python -m ringzip.bench.scale_model --json
+    python -m ringzip.bench.lab.scale_model            the docs table
+    python -m ringzip.bench.lab.scale_model --json
 
 Per call of S bytes (float32) over N nodes of P ranks (n = N*P), wire ratio rho (bytes on the
 wire per input byte: q4 about 1/8 + scales), NIC rate B_net shared by the node's P ranks, intra-
