@@ -39,11 +39,9 @@ void RingzipBackend::shutdown() {
   } else if (worker_.joinable()) {
     worker_.join();
   }
-#ifdef RINGZIP_WITH_CUDA
-  if (cuda_) shutdown_cuda();  // its watchdog asks the mismatch watch: joined first
-#endif
-  watch_.reset();  // joins the mismatch watch thread
-  net_->close();   // threads and sockets go now, even while Python still holds the group
+  for (auto& [type, path] : paths_) path->shutdown();  // a watchdog asks the mismatch watch: joined first
+  watch_.reset();                                      // joins the mismatch watch thread
+  net_->close();  // threads and sockets go now, even while Python still holds the group
 }
 
 // A task is a collective and its completion: the future's callbacks (DDP comm hooks) run
@@ -91,14 +89,36 @@ void RingzipBackend::check_usable_locked(const char* name) const {
                    " -- destroy it and create a new process group");
 }
 
-c10::intrusive_ptr<c10d::Work> RingzipBackend::submit(c10d::OpType type, const char* name,
-                                                      std::vector<at::Tensor> outputs,
-                                                      std::chrono::milliseconds timeout, bool async, Body body,
-                                                      uint32_t nseq, const Fingerprint& fp) {
-  const auto to = effective(timeout);
-  auto work = c10::make_intrusive<CollectiveWork>(rank_, type, name, std::move(outputs), to);
+void RingzipBackend::check_usable(const char* name) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  check_usable_locked(name);
+}
+
+void RingzipBackend::enable_device(c10::DeviceType type, const c10::intrusive_ptr<c10d::Store>& store) {
+  if (paths_.count(type)) return;
+  const DevicePathFactory* make = device_path_factory(type);
+  RZ_CHECK(make != nullptr, "ringzip was built without a path for ", c10::DeviceTypeName(type),
+           " tensors (a CPU-only build stages them through the host)");
+  paths_.emplace(type, (*make)(*this, store));
+}
+
+DevicePath* RingzipBackend::path_of(c10::Device device) const {
+  auto it = paths_.find(device.type());
+  return it == paths_.end() ? nullptr : it->second.get();
+}
+
+c10::intrusive_ptr<c10d::Work> RingzipBackend::issue(DevicePath* path, Issue call, Body body) {
+  if (path) return path->issue(std::move(call), std::move(body));
+  return submit(std::move(call), std::move(body));
+}
+
+c10::intrusive_ptr<c10d::Work> RingzipBackend::submit(Issue call, Body body) {
+  const auto to = call.timeout;
+  const char* name = call.name;
+  auto work = c10::make_intrusive<CollectiveWork>(rank_, call.type, name, std::move(call.outputs), to);
   work->set_blocked_check([this] { return tl_running == this; });
-  Task task = [this, work, body = std::move(body), nseq, to, name, fp, check = check_.load()]() -> Finish {
+  Task task = [this, work, body = std::move(body), nseq = call.nseq, to, name, fp = call.fp,
+               check = check_.load()]() -> Finish {
     const uint64_t seq = seq_.fetch_add(nseq);
     work->set_sequence_number(seq);
     Comm c{*net_, host_compute(), static_cast<uint32_t>(seq), std::chrono::steady_clock::now() + to,
@@ -111,7 +131,7 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::submit(c10d::OpType type, const c
   {
     std::unique_lock<std::mutex> lock(mu_);
     check_usable_locked(name);
-    if (!nested && (async || busy_ || !queue_.empty())) {
+    if (!nested && (call.async || busy_ || !queue_.empty())) {
       queue_.push_back(std::move(task));
       lock.unlock();
       cv_.notify_all();
@@ -144,23 +164,23 @@ std::optional<c10::Device> bound_device(const B& b) {
 
 }  // namespace
 
+// A barrier on a device runs on that device's path, like ProcessGroupNCCL's:
+// dist.barrier(device_ids=[i]) passes the device; a group bound to a device (init_process_group(
+// device_id=...)) gets its barriers there. Otherwise it runs on the host.
 c10::intrusive_ptr<c10d::Work> RingzipBackend::barrier(const c10d::BarrierOptions& opts) {
-#ifdef RINGZIP_WITH_CUDA
-  // A barrier on a device runs on that device's internal stream, like ProcessGroupNCCL's:
-  // dist.barrier(device_ids=[i]) passes the device; a group bound to a CUDA device gets its
-  // barriers there (torch's dist.barrier() picks that device then). Otherwise dist.barrier()
-  // on a group that serves CPU tensors stays on the host transport.
-  if (cuda_) {
-    std::optional<c10::Device> dev;
-    if (!opts.device_ids.empty()) {
-      dev = c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(opts.device_ids.front()));
-    } else if (auto b = bound_device(*this); b && b->is_cuda()) {
-      dev = b;
-    }
-    if (dev) return cuda_barrier(*dev, opts);
+  std::optional<c10::Device> dev;
+  if (!opts.device_ids.empty()) {
+    dev = c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(opts.device_ids.front()));
+  } else if (auto b = bound_device(*this)) {
+    dev = b;
   }
-#endif
-  return enqueue(c10d::OpType::BARRIER, "barrier", {}, opts, [](Comm& c) { ringzip::barrier(c); });
+  DevicePath* path = dev ? path_of(*dev) : nullptr;
+  Issue call = make_issue(c10d::OpType::BARRIER, "barrier", {}, opts);
+  if (path) {
+    call.device = *dev;
+    call.blocking = true;  // wait() blocks the host, as dist.barrier() expects
+  }
+  return issue(path, std::move(call), [](Comm& c) { ringzip::barrier(c); });
 }
 
 // Point-to-point bypasses the worker (like gloo): it must not queue behind collectives, and
@@ -174,10 +194,8 @@ static void check_p2p(const std::vector<at::Tensor>& ts, int peer, int self, int
 
 c10::intrusive_ptr<c10d::Work> RingzipBackend::send(std::vector<at::Tensor>& tensors, int dst, int tag) {
   check_p2p(tensors, dst, rank_, size_, tag, "send");
-#ifdef RINGZIP_WITH_CUDA
-  if (use_cuda(tensors[0])) return cuda_p2p(tensors[0], dst, /*send=*/true);
-#endif
-  auto s = Staged::in(tensors[0]);
+  if (DevicePath* path = path_of(tensors[0])) return path->p2p(tensors[0], dst, /*send=*/true);
+  auto s = Staged::in(tensors[0], c10::kCPU);
   auto req = p2p_->isend(s.work.data_ptr(), s.work.nbytes(), dst, static_cast<uint32_t>(tag));
   return c10::make_intrusive<P2PWork>(rank_, c10d::OpType::SEND, std::move(req), std::vector<at::Tensor>{s.work},
                                       nullptr, cfg_.timeout);
@@ -185,10 +203,8 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::send(std::vector<at::Tensor>& ten
 
 c10::intrusive_ptr<c10d::Work> RingzipBackend::recv(std::vector<at::Tensor>& tensors, int src, int tag) {
   check_p2p(tensors, src, rank_, size_, tag, "recv");
-#ifdef RINGZIP_WITH_CUDA
-  if (use_cuda(tensors[0])) return cuda_p2p(tensors[0], src, /*send=*/false);
-#endif
-  auto s = Staged::out(tensors[0]);
+  if (DevicePath* path = path_of(tensors[0])) return path->p2p(tensors[0], src, /*send=*/false);
+  auto s = Staged::out(tensors[0], c10::kCPU);
   auto req = p2p_->irecv(s.work.data_ptr(), s.work.nbytes(), src, static_cast<uint32_t>(tag));
   return c10::make_intrusive<P2PWork>(
       rank_, c10d::OpType::RECV, std::move(req), std::vector<at::Tensor>{s.work}, [s] { s.finish(); }, cfg_.timeout);
@@ -197,10 +213,11 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::recv(std::vector<at::Tensor>& ten
 c10::intrusive_ptr<c10d::Work> RingzipBackend::recvAnysource(std::vector<at::Tensor>& tensors, int tag) {
   check_single(tensors, "recv");
   RZ_CHECK_VALUE(tag >= 0 && tag < (1 << 30), "recv: tag ", tag, " outside [0, 2^30)");
-  RZ_CHECK_VALUE(!use_cuda(tensors[0]),
-                 "recv: a receive from any source is not supported for CUDA tensors on the "
-                 "NCCL transport (NCCL needs the peer); pass src, or use Options(transport=\"gloo\")");
-  auto s = Staged::out(tensors[0]);
+  RZ_CHECK_VALUE(path_of(tensors[0]) == nullptr, "recv: a receive from any source is not supported for ",
+                 tensors[0].device().type(),
+                 " tensors on the device's transport (NCCL needs the peer); pass src, or use "
+                 "Options(transport=\"gloo\")");
+  auto s = Staged::out(tensors[0], c10::kCPU);
   auto req = p2p_->irecv_any(s.work.data_ptr(), s.work.nbytes(), static_cast<uint32_t>(tag));
   return c10::make_intrusive<P2PWork>(
       rank_, c10d::OpType::RECVANYSOURCE, std::move(req), std::vector<at::Tensor>{s.work}, [s] { s.finish(); },

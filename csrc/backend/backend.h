@@ -8,9 +8,11 @@
 #include <condition_variable>
 #include <deque>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <thread>
 
+#include "backend/device_path.h"
 #include "backend/work.h"
 #include "backend/compression.h"
 #include "backend/tensors.h"
@@ -21,9 +23,6 @@
 #include "collective/hierarchy/layout.h"
 
 namespace ringzip {
-
-class CudaPath;     // backend/cuda_path.h (CUDA builds only)
-struct CudaDevice;  // the internal stream and NCCL communicator of one device (cuda_path.h)
 
 struct Config {
   std::chrono::milliseconds timeout{std::chrono::minutes(30)};
@@ -113,31 +112,58 @@ class RingzipBackend final : public c10d::Backend {
   // The cost model's measurements and choices (algorithm="auto", codec="auto").
   Tuner& tuner() { return planner_.tuner(); }
 
-  // ---- CUDA path (backend/cuda_path.cc, cuda_collectives.cc; CUDA builds only) ----------------
-  // Once enabled, every collective on CUDA tensors runs on an internal stream over NCCL with the
-  // CUDA kernels instead of host staging over Gloo, under the same checks as the host path
-  // (fingerprint, sequence numbers, deadline enforced by a watchdog thread, poison, abort).
-  // `store` carries the NCCL unique ids.
-  void enable_cuda(const c10::intrusive_ptr<c10d::Store>& store);
-  bool cuda_enabled() const { return cuda_ != nullptr; }
+  // ---- device paths (backend/device_path.h) ----------------------------------------------------
+  // Once enabled, collectives on tensors of that device type run on its path (CUDA: an internal
+  // stream over NCCL with the CUDA kernels instead of host staging over Gloo), under the same
+  // checks as the host. `store` carries what the path agrees on (NCCL's unique ids). Throws when
+  // this build has no path for the type.
+  void enable_device(c10::DeviceType type, const c10::intrusive_ptr<c10d::Store>& store);
+  bool device_enabled(c10::DeviceType type) const { return paths_.count(type) != 0; }
   // check="auto"/"on": stalled calls are diagnosed through `store` (backend/mismatch_watch.h).
   void enable_mismatch_watch(const c10::intrusive_ptr<c10d::Store>& store);
 
+  // What a device path asks of the group when it issues a call on its own.
+  // Raises (on the caller's thread) when the group was shut down or poisoned.
+  void check_usable(const char* name) const;
+  // The next `n` sequence numbers of the group's collectives.
+  uint64_t take_seq(uint32_t n) { return seq_.fetch_add(n); }
+  // The group's fingerprint check before a call that does not run through run_checked: check="on"
+  // exchanges the fingerprints over the host transport now; check="auto" records the call for
+  // the stall watch (returns true: the device's watchdog may ask stalled()). Throws on a
+  // mismatch; `poison` says whether the group must be poisoned then.
+  bool precheck(Fingerprint fp, uint64_t seq, CheckMode check, const std::string& op,
+                std::chrono::steady_clock::time_point deadline, bool& poison);
+  // The mismatch watch's verdict on a stalled call, or "".
+  std::string stalled(uint64_t seq) const;
+  // Marks the group unusable (first reason wins) and breaks the transport (and every device
+  // path's: fails the works in flight, aborts the communicators).
+  void poison(const std::string& why);
+
  private:
-  using Body = std::function<void(Comm&)>;
-  // Queues `body` on the worker; `nseq` sequence numbers are reserved for it (coalesced ops
-  // run one sub-collective per sequence number so their tags stay apart).
-  // A blocking call (async=false) that finds the worker idle runs on the caller's thread:
-  // two thread hand-offs are most of a small message's latency on a busy CPU.
-  template <typename O>
-  c10::intrusive_ptr<c10d::Work> enqueue(c10d::OpType type, const char* name, std::vector<at::Tensor> outputs,
-                                         const O& opts, Body body, uint32_t nseq = 1, const FpExtra& extra = {}) {
-    bool async = true;
-    if constexpr (requires { opts.asyncOp; }) async = opts.asyncOp;  // torch >= 2.7
-    Fingerprint fp = call_fingerprint(type, outputs, opts, nseq, extra);
-    return submit(type, name, std::move(outputs), opts.timeout, async, std::move(body), nseq, fp);
+  // The path serving tensors on `device`, or null: the host (the group's worker over host memory).
+  DevicePath* path_of(c10::Device device) const;
+  DevicePath* path_of(const at::Tensor& t) const { return path_of(t.device()); }
+  // Where a call's working tensors live on that path.
+  static c10::Device working(const DevicePath* path, const at::Tensor& t) {
+    return path ? t.device() : c10::Device(c10::kCPU);
   }
-  // The call's fingerprint (host and CUDA path alike): its tensors, reduce op and root.
+  // A checked call: its outputs (the Work's result), the tensors its body reads besides them,
+  // its fingerprint (its tensors, reduce op and root) and `nseq` sequence numbers (coalesced ops
+  // run one sub-collective per sequence number so their tags stay apart).
+  template <typename O>
+  Issue make_issue(c10d::OpType type, const char* name, std::vector<at::Tensor> outputs, const O& opts,
+                   std::vector<at::Tensor> inputs = {}, uint32_t nseq = 1, const FpExtra& extra = {}) const {
+    Issue call{type, name, {}, std::move(inputs), effective(opts.timeout)};
+    if constexpr (requires { opts.asyncOp; }) call.async = opts.asyncOp;  // torch >= 2.7
+    call.fp = call_fingerprint(type, outputs, opts, nseq, extra);
+    call.nseq = nseq;
+    const at::Tensor* any = !outputs.empty() ? &outputs[0] : !call.inputs.empty() ? &call.inputs[0] : nullptr;
+    if (any) call.device = any->device();
+    call.outputs = std::move(outputs);
+    return call;
+  }
+  // The one dispatch: the call's body on its device's path, or queued on the host's worker.
+  c10::intrusive_ptr<c10d::Work> issue(DevicePath* path, Issue call, Body body);
   template <typename O>
   Fingerprint call_fingerprint(c10d::OpType type, const std::vector<at::Tensor>& outputs, const O& opts, uint32_t nseq,
                                const FpExtra& extra) const {
@@ -153,111 +179,40 @@ class RingzipBackend final : public c10d::Backend {
   // if any. Unless the failure left the transport clean (a mismatch found before any payload),
   // the group is poisoned.
   std::exception_ptr run_checked(Comm& c, const Body& body, Fingerprint fp, uint64_t seq, CheckMode check);
-  // Marks the group unusable (first reason wins) and breaks the transport (and, on the CUDA
-  // path, fails the works in flight and aborts the NCCL communicators).
-  void poison(const std::string& why);
-  // Raises (on the caller's thread) when the group was shut down or poisoned. Needs mu_ held.
+  // Raises when the group was shut down or poisoned. Needs mu_ held.
   void check_usable_locked(const char* name) const;
-  // The group's fingerprint check before a call that does not run through run_checked (CUDA
-  // path): check="on" exchanges the fingerprints over the host transport now; check="auto"
-  // records the call for the stall watch (returns true: the CUDA watchdog may ask for a
-  // diagnosis). Throws on a mismatch; `poison` says whether the group must be poisoned then.
-  bool precheck(Fingerprint fp, uint64_t seq, CheckMode check, const std::string& op,
-                std::chrono::steady_clock::time_point deadline, bool& poison);
   // fp.seq, and for compressed calls the RNG number they will take (it joins the fingerprint).
   void stamp(Fingerprint& fp, uint64_t seq) const;
-  c10::intrusive_ptr<c10d::Work> submit(c10d::OpType type, const char* name, std::vector<at::Tensor> outputs,
-                                        std::chrono::milliseconds timeout, bool async, Body body, uint32_t nseq,
-                                        const Fingerprint& fp);
+  // Queues the call on the host's worker. A blocking call (async=false) that finds the worker
+  // idle runs on the caller's thread: two thread hand-offs are most of a small message's latency
+  // on a busy CPU.
+  c10::intrusive_ptr<c10d::Work> submit(Issue call, Body body);
   using Finish = std::function<void()>;  // completes or fails the work: runs its future's callbacks
   using Task = std::function<Finish()>;
   void run_worker();
   void run_task(const Task& task);
   std::chrono::milliseconds effective(std::chrono::milliseconds t) const;
 
-  // The planner's view of a reducing call on t (numel elements of t's dtype).
-  Call planned_call(CallKind kind, const at::Tensor& t, int64_t numel, const c10d::ReduceOp& op) const;
-  // The compressed all-reduce / reduce-scatter of a planned call (compressed_ops.cc).
-  c10::intrusive_ptr<c10d::Work> compressed_allreduce_work(const at::Tensor& t, const c10d::AllreduceOptions& opts,
-                                                           const char* name, std::vector<at::Tensor> outputs, Call call,
-                                                           Plan plan, std::function<void()> after = nullptr);
-  c10::intrusive_ptr<c10d::Work> compressed_reduce_scatter_work(const at::Tensor& out, const at::Tensor& flat_in,
-                                                                const c10d::ReduceScatterOptions& opts,
-                                                                const char* name, const at::Tensor& identity, Call call,
-                                                                Plan plan);
+  // The planner's view of a call on t (numel elements of t's dtype) on `path`.
+  Call planned_call(CallKind kind, const DevicePath* path, const at::Tensor& t, int64_t numel,
+                    const c10d::ReduceOp& op = c10d::ReduceOp::SUM) const;
+  // A compressed all-reduce (reduce_scatter false) or reduce-scatter of a planned call
+  // (compressed_ops.cc): `flat` holds the input, `out` receives the result (all-reduce: flat's
+  // shape; reduce-scatter: this rank's part); `owner` names the error-feedback residual;
+  // `after` runs once the result is in place.
+  c10::intrusive_ptr<c10d::Work> compressed_work(DevicePath* path, Issue issue, const at::Tensor& flat,
+                                                 const at::Tensor& out, const at::Tensor& owner,
+                                                 const c10d::ReduceOp& op, bool reduce_scatter, Call call, Plan plan,
+                                                 std::function<void()> after = nullptr);
   // A compressed call (float32 working copy x) that codec="auto" keeps exact: pre-scale, add the
   // error-feedback residual owed (which becomes zero), the exact algorithm of the plan, finish().
   void exact_under_auto(Comm& c, const at::Tensor& x, const Compression::Call& which, const Reduction& red,
                         uint64_t in_bytes, const Plan& plan, bool reduce_scatter, const std::function<void()>& finish);
-  // An exact all-reduce of a settled plan (scaled as red says).
+  // An exact all-reduce / reduce-scatter of a settled plan (scaled as red says) on working memory.
   void run_dense_allreduce(Comm& c, Buf b, const Reduction& red, const Plan& plan);
+  static void run_reduce_scatter(Comm& c, Buf flat, const Reduction& red, const at::Tensor& out, const Plan& plan);
 
-  bool use_cuda(const at::Tensor& t) const { return cuda_ && t.is_cuda(); }
-  // One CUDA call (cuda_path.cc): what run_cuda needs besides its body.
-  struct CudaCall {
-    c10d::OpType type;
-    const char* name;
-    c10::Device device;
-    std::vector<at::Tensor> inputs;   // recorded on the internal stream with the outputs
-    std::vector<at::Tensor> outputs;  // the Work's result()
-    std::chrono::milliseconds timeout;
-    Fingerprint fp;
-    uint32_t nseq = 1;
-    bool p2p = false;       // point-to-point: no group sequence number, no fingerprint
-    bool blocking = false;  // wait() blocks the host (barrier)
-  };
-  template <typename O>
-  CudaCall cuda_call(c10d::OpType type, const char* name, const at::Tensor& on, std::vector<at::Tensor> inputs,
-                     std::vector<at::Tensor> outputs, const O& opts, uint32_t nseq = 1, const FpExtra& extra = {}) {
-    Fingerprint fp = call_fingerprint(type, outputs, opts, nseq, extra);
-    return CudaCall{type, name, on.device(), std::move(inputs), std::move(outputs), effective(opts.timeout), fp, nseq};
-  }
-  using CudaBody = std::function<void(Comm&, CudaDevice&)>;
-  // Issues `body` on the internal stream of call.device (which first waits for the caller's
-  // current stream), over the NCCL transport with the CUDA compute, under the group's checks;
-  // the Work completes by event and is watched until then (deadline, NCCL errors, stalls).
-  c10::intrusive_ptr<c10d::Work> run_cuda(CudaCall call, const CudaBody& body);
-  // The collectives on CUDA tensors (cuda_collectives.cc); arguments are checked by the
-  // callers (collectives.cc, exchanges.cc, backend.cc), as on the host path.
-  c10::intrusive_ptr<c10d::Work> cuda_allreduce(at::Tensor& t, const c10d::AllreduceOptions& opts);
-  c10::intrusive_ptr<c10d::Work> cuda_allreduce_coalesced(std::vector<at::Tensor>& tensors,
-                                                          const c10d::AllreduceCoalescedOptions& opts);
-  c10::intrusive_ptr<c10d::Work> cuda_broadcast(at::Tensor& t, const c10d::BroadcastOptions& opts);
-  c10::intrusive_ptr<c10d::Work> cuda_reduce(at::Tensor& t, const c10d::ReduceOptions& opts);
-  // Reduce-scatter of `parts` (one tensor holding every rank's part, or one tensor per rank).
-  c10::intrusive_ptr<c10d::Work> cuda_reduce_scatter(at::Tensor& out, std::vector<at::Tensor> parts,
-                                                     const c10d::ReduceScatterOptions& opts, c10d::OpType type,
-                                                     const char* name);
-  c10::intrusive_ptr<c10d::Work> cuda_reduce_scatter_coalesced(std::vector<at::Tensor>& outputs,
-                                                               std::vector<at::Tensor>& inputs,
-                                                               const c10d::ReduceScatterOptions& opts);
-  c10::intrusive_ptr<c10d::Work> cuda_allgather(std::vector<at::Tensor>& outs, at::Tensor& in,
-                                                const c10d::AllgatherOptions& opts);
-  c10::intrusive_ptr<c10d::Work> cuda_allgather_base(at::Tensor& out, at::Tensor& in,
-                                                     const c10d::AllgatherOptions& opts);
-  c10::intrusive_ptr<c10d::Work> cuda_allgather_coalesced(std::vector<std::vector<at::Tensor>>& outputs,
-                                                          std::vector<at::Tensor>& inputs,
-                                                          const c10d::AllgatherOptions& opts);
-  c10::intrusive_ptr<c10d::Work> cuda_allgather_into_tensor_coalesced(std::vector<at::Tensor>& outputs,
-                                                                      std::vector<at::Tensor>& inputs,
-                                                                      const c10d::AllgatherOptions& opts);
-  c10::intrusive_ptr<c10d::Work> cuda_gather(std::vector<at::Tensor> outs, at::Tensor& in,
-                                             const c10d::GatherOptions& opts);
-  c10::intrusive_ptr<c10d::Work> cuda_scatter(at::Tensor& out, std::vector<at::Tensor> ins,
-                                              const c10d::ScatterOptions& opts);
-  // All-to-all of byte blocks: send_bytes[i] from `in` (consecutive) to rank i, recv_bytes[i] into `out`.
-  c10::intrusive_ptr<c10d::Work> cuda_alltoall_base(at::Tensor& out, at::Tensor& in, std::vector<size_t> send_bytes,
-                                                    std::vector<size_t> recv_bytes, const c10d::AllToAllOptions& opts);
-  c10::intrusive_ptr<c10d::Work> cuda_alltoall(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
-                                               const c10d::AllToAllOptions& opts);
-  c10::intrusive_ptr<c10d::Work> cuda_p2p(at::Tensor& t, int peer, bool send);
-  c10::intrusive_ptr<c10d::Work> cuda_barrier(c10::Device device, const c10d::BarrierOptions& opts);
-  // Fails the CUDA works in flight and aborts the communicators (poison); joins the watchdog
-  // and releases the communicators (shutdown).
-  void abort_cuda(const std::string& why);
-  void shutdown_cuda();
-  std::shared_ptr<CudaPath> cuda_;
-  std::atomic<uint64_t> p2p_seq_{0};  // CUDA point-to-point calls (their own numbering)
+  std::map<c10::DeviceType, std::unique_ptr<DevicePath>> paths_;  // set before the first call
 
   std::unique_ptr<Transport> net_;
   Transport* p2p_ = nullptr;  // user point-to-point: the wide transport (Gloo), net_ or inside it

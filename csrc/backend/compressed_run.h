@@ -1,5 +1,5 @@
 #pragma once
-// The steps every compressed call shares, host (compressed_ops.cc) or CUDA path (cuda_path.cc).
+// The steps every compressed call shares, on any device (compressed_ops.cc).
 #include <ATen/ATen.h>
 
 #include <chrono>

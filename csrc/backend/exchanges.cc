@@ -1,4 +1,4 @@
-// gather, scatter and all-to-all entry points.
+// gather, scatter and all-to-all entry points (one dispatch for every device, as collectives.cc).
 #include "backend/backend.h"
 #include "backend/tensors.h"
 #include "common/check.h"
@@ -22,21 +22,19 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::gather(std::vector<std::vector<at
                    ") takes an output list");
   }
   std::vector<at::Tensor> result = rank_ == root ? outputs[0] : std::vector<at::Tensor>{};
-#ifdef RINGZIP_WITH_CUDA
-  if (use_cuda(inputs[0])) return cuda_gather(result, inputs[0], opts);
-#endif
-  for (const auto& t : result) outs.push_back(Staged::out(t));
-  auto in = Staged::in(inputs[0]);
-  return enqueue(
-      c10d::OpType::GATHER, "gather", result, opts,
-      [in, outs, root](Comm& c) {
-        std::vector<void*> ptrs;
-        for (const auto& o : outs) ptrs.push_back(o.work.data_ptr());
-        if (c.rank() == root && in.work.nbytes()) std::memcpy(ptrs[root], in.work.data_ptr(), in.work.nbytes());
-        ringzip::gather(c, in.work.data_ptr(), in.work.nbytes(), ptrs, root);
-        for (const auto& o : outs) o.finish();
-      },
-      1, FpExtra{&inputs[0]});  // non-roots have no outputs: compare the input
+  DevicePath* path = path_of(inputs[0]);
+  const c10::Device where = working(path, inputs[0]);
+  for (const auto& t : result) outs.push_back(Staged::out(t, where));
+  auto in = Staged::in(inputs[0], where);
+  // Non-roots have no outputs: the fingerprint compares the input.
+  auto call = make_issue(c10d::OpType::GATHER, "gather", result, opts, inputs, 1, FpExtra{&inputs[0]});
+  return issue(path, std::move(call), [in, outs, root](Comm& c) {
+    std::vector<void*> ptrs;
+    for (const auto& o : outs) ptrs.push_back(o.work.data_ptr());
+    if (c.rank() == root) c.dev.copy(ptrs[root], in.work.data_ptr(), in.work.nbytes());
+    ringzip::gather(c, in.work.data_ptr(), in.work.nbytes(), ptrs, root);
+    for (const auto& o : outs) o.finish();
+  });
 }
 
 c10::intrusive_ptr<c10d::Work> RingzipBackend::scatter(std::vector<at::Tensor>& outputs,
@@ -55,17 +53,19 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::scatter(std::vector<at::Tensor>& 
     RZ_CHECK_VALUE(inputs.empty() || (inputs.size() == 1 && inputs[0].empty()), "scatter: only the root (rank ", root,
                    ") takes an input list");
   }
-#ifdef RINGZIP_WITH_CUDA
-  if (use_cuda(outputs[0]))
-    return cuda_scatter(outputs[0], rank_ == root ? inputs[0] : std::vector<at::Tensor>{}, opts);
-#endif
-  if (rank_ == root)
-    for (const auto& t : inputs[0]) ins.push_back(Staged::in(t));
-  auto out = Staged::out(outputs[0]);
-  return enqueue(c10d::OpType::SCATTER, "scatter", outputs, opts, [ins, out, root](Comm& c) {
+  DevicePath* path = path_of(outputs[0]);
+  const c10::Device where = working(path, outputs[0]);
+  std::vector<at::Tensor> read;
+  if (rank_ == root) {
+    read = inputs[0];
+    for (const auto& t : inputs[0]) ins.push_back(Staged::in(t, where));
+  }
+  auto out = Staged::out(outputs[0], where);
+  auto call = make_issue(c10d::OpType::SCATTER, "scatter", outputs, opts, read);
+  return issue(path, std::move(call), [ins, out, root](Comm& c) {
     std::vector<const void*> ptrs;
     for (const auto& i : ins) ptrs.push_back(i.work.data_ptr());
-    if (c.rank() == root && out.work.nbytes()) std::memcpy(out.work.data_ptr(), ptrs[root], out.work.nbytes());
+    if (c.rank() == root) c.dev.copy(out.work.data_ptr(), ptrs[root], out.work.nbytes());
     ringzip::scatter(c, ptrs, out.work.data_ptr(), out.work.nbytes(), root);
     out.finish();
   });
@@ -116,25 +116,24 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::alltoall_base(at::Tensor& output,
   auto rb = split_bytes(output, output_splits, size_, "output");
   RZ_CHECK_VALUE(sb[rank_] == rb[rank_], "alltoall_base: this rank sends itself ", sb[rank_], " bytes but expects ",
                  rb[rank_]);
-#ifdef RINGZIP_WITH_CUDA
-  if (use_cuda(input)) return cuda_alltoall_base(output, input, sb, rb, opts);
-#endif
-  auto in = input.to(at::kCPU, false, /*copy=*/true).contiguous();
-  auto out = Staged::out(output);
-  return enqueue(
-      c10d::OpType::ALLTOALL_BASE, "alltoall_base", {output}, opts,
-      [in, out, sb, rb](Comm& c) {
-        auto so = offsets_of(sb), ro = offsets_of(rb);
-        std::vector<const void*> sp;
-        std::vector<void*> rp;
-        for (int i = 0; i < c.size(); ++i) {
-          sp.push_back(static_cast<const char*>(in.data_ptr()) + so[i]);
-          rp.push_back(static_cast<char*>(out.work.data_ptr()) + ro[i]);
-        }
-        ringzip::alltoall(c, sp, sb, rp, rb);
-        out.finish();
-      },
-      1, FpExtra{nullptr, true});  // splits differ by rank
+  DevicePath* path = path_of(input);
+  const c10::Device where = working(path, input);
+  const at::Tensor in = Staged::unaliased(input, output, where);
+  auto out = Staged::out(output, where);
+  // Splits differ by rank: the fingerprint leaves sizes out.
+  auto call =
+      make_issue(c10d::OpType::ALLTOALL_BASE, "alltoall_base", {output}, opts, {input}, 1, FpExtra{nullptr, true});
+  return issue(path, std::move(call), [in, out, sb, rb](Comm& c) {
+    auto so = offsets_of(sb), ro = offsets_of(rb);
+    std::vector<const void*> sp;
+    std::vector<void*> rp;
+    for (int i = 0; i < c.size(); ++i) {
+      sp.push_back(static_cast<const char*>(in.data_ptr()) + so[i]);
+      rp.push_back(static_cast<char*>(out.work.data_ptr()) + ro[i]);
+    }
+    ringzip::alltoall(c, sp, sb, rp, rb);
+    out.finish();
+  });
 }
 
 c10::intrusive_ptr<c10d::Work> RingzipBackend::alltoall(std::vector<at::Tensor>& outputs,
@@ -153,29 +152,27 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::alltoall(std::vector<at::Tensor>&
   }
   RZ_CHECK_VALUE(inputs[rank_].numel() == outputs[rank_].numel(), "alltoall: this rank's own input has ",
                  inputs[rank_].numel(), " elements but its output slot has ", outputs[rank_].numel());
-#ifdef RINGZIP_WITH_CUDA
-  if (use_cuda(inputs[0])) return cuda_alltoall(outputs, inputs, opts);
-#endif
+  DevicePath* path = path_of(inputs[0]);
+  const c10::Device where = working(path, inputs[0]);
   for (int i = 0; i < size_; ++i) {
-    ins.push_back(Staged::in(inputs[i]));
-    outs.push_back(Staged::out(outputs[i]));
+    ins.push_back(Staged::in(inputs[i], where));
+    outs.push_back(Staged::out(outputs[i], where));
   }
-  return enqueue(
-      c10d::OpType::ALLTOALL, "alltoall", outputs, opts,
-      [ins, outs](Comm& c) {
-        std::vector<const void*> sp;
-        std::vector<void*> rp;
-        std::vector<size_t> sb, rb;
-        for (int i = 0; i < c.size(); ++i) {
-          sp.push_back(ins[i].work.data_ptr());
-          sb.push_back(ins[i].work.nbytes());
-          rp.push_back(outs[i].work.data_ptr());
-          rb.push_back(outs[i].work.nbytes());
-        }
-        ringzip::alltoall(c, sp, sb, rp, rb);
-        for (const auto& o : outs) o.finish();
-      },
-      1, FpExtra{nullptr, true});  // sizes may differ by rank
+  // Sizes may differ by rank: the fingerprint leaves them out.
+  auto call = make_issue(c10d::OpType::ALLTOALL, "alltoall", outputs, opts, inputs, 1, FpExtra{nullptr, true});
+  return issue(path, std::move(call), [ins, outs](Comm& c) {
+    std::vector<const void*> sp;
+    std::vector<void*> rp;
+    std::vector<size_t> sb, rb;
+    for (int i = 0; i < c.size(); ++i) {
+      sp.push_back(ins[i].work.data_ptr());
+      sb.push_back(ins[i].work.nbytes());
+      rp.push_back(outs[i].work.data_ptr());
+      rb.push_back(outs[i].work.nbytes());
+    }
+    ringzip::alltoall(c, sp, sb, rp, rb);
+    for (const auto& o : outs) o.finish();
+  });
 }
 
 }  // namespace ringzip

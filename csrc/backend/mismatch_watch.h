@@ -11,7 +11,7 @@
 // Calls that finish within kStall cost two atomic stores and a 64-byte copy.
 //
 // CUDA calls return once issued, so they never "run" here: record() adds their fingerprints to
-// the history, and the CUDA watchdog (backend/cuda_path.h) calls stalled() for the oldest
+// the history, and the CUDA watchdog (backend/cuda/cuda_path.h) calls stalled() for the oldest
 // call still pending on the device, at the same ages; the diagnosis and its message are the
 // same, through the same store.
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>

@@ -6,21 +6,6 @@
 #include "common/check.h"
 
 namespace ringzip {
-namespace {
-
-std::string message_of(std::exception_ptr e) {
-  try {
-    std::rethrow_exception(e);
-  } catch (const c10::Error& err) {
-    return err.what_without_backtrace();
-  } catch (const std::exception& err) {
-    return err.what();
-  } catch (...) {
-    return "unknown error";
-  }
-}
-
-}  // namespace
 
 Fingerprint RingzipBackend::fingerprint(c10d::OpType type, const std::vector<at::Tensor>& outputs, uint32_t nseq,
                                         const FpExtra& extra) const {
@@ -125,6 +110,8 @@ bool RingzipBackend::precheck(Fingerprint fp, uint64_t seq, CheckMode check, con
   return true;
 }
 
+std::string RingzipBackend::stalled(uint64_t seq) const { return watch_ ? watch_->stalled(seq) : std::string(); }
+
 void RingzipBackend::enable_mismatch_watch(const c10::intrusive_ptr<c10d::Store>& store) {
   if (size_ < 2) return;
   watch_ = std::make_unique<MismatchWatch>(store, rank_, size_, cfg_.group_name,
@@ -141,9 +128,7 @@ void RingzipBackend::poison(const std::string& why) {
     }
   }
   net_->abort();
-#ifdef RINGZIP_WITH_CUDA
-  if (cuda_) abort_cuda(why);
-#endif
+  for (auto& [type, path] : paths_) path->abort(why);
 }
 
 std::string RingzipBackend::broken_reason() const {

@@ -49,16 +49,24 @@ Reduction to_reduction(const c10d::ReduceOp& op, DType t, int world, const char*
   }
 }
 
-static bool usable_in_place(const at::Tensor& t) { return t.device().is_cpu() && t.is_contiguous(); }
+static bool usable_in_place(const at::Tensor& t, c10::Device where) { return t.device() == where && t.is_contiguous(); }
 
-Staged Staged::in(const at::Tensor& t) {
-  if (usable_in_place(t)) return {t, t};
-  return {t, t.to(at::kCPU, /*non_blocking=*/false, /*copy=*/true).contiguous()};
+Staged Staged::in(const at::Tensor& t, c10::Device where) {
+  if (usable_in_place(t, where)) return {t, t};
+  return {t, copy(t, where)};
 }
 
-Staged Staged::out(const at::Tensor& t) {
-  if (usable_in_place(t)) return {t, t};
-  return {t, at::empty(t.sizes(), t.options().device(at::kCPU))};
+Staged Staged::out(const at::Tensor& t, c10::Device where) {
+  if (usable_in_place(t, where)) return {t, t};
+  return {t, at::empty(t.sizes(), t.options().device(where))};
+}
+
+at::Tensor Staged::copy(const at::Tensor& t, c10::Device where, std::optional<at::ScalarType> as) {
+  return t.to(where, as.value_or(t.scalar_type()), /*non_blocking=*/false, /*copy=*/true, at::MemoryFormat::Contiguous);
+}
+
+at::Tensor Staged::unaliased(const at::Tensor& in, const at::Tensor& out, c10::Device where) {
+  return in.is_alias_of(out) ? copy(in, where) : Staged::in(in, where).work;
 }
 
 Buf buf_of(const at::Tensor& t) {

@@ -19,8 +19,9 @@
 namespace ringzip {
 
 enum class Device : uint8_t { Host, Cuda };
-// The collectives that have something to plan; the others run one schedule each.
-enum class CallKind : uint8_t { Allreduce, ReduceScatter, Reduce };
+// The collectives that have something to plan; the others run one schedule each. Broadcast and
+// all-gather only choose between the transport's own kernel (NCCL's) and ringzip's schedule.
+enum class CallKind : uint8_t { Allreduce, ReduceScatter, Reduce, Broadcast, Allgather };
 
 // One call as the planner sees it when it is issued.
 struct Call {
@@ -40,7 +41,7 @@ struct Plan {
   bool compressed = false;
   CompressionConfig cc, run;
   AllreduceAlgo dense = AllreduceAlgo::Ring;  // the exact algorithm (concrete once settled)
-  bool nccl = false;                          // CUDA: NCCL's own kernel runs the exact call
+  bool nccl = false;                          // CUDA: NCCL's own kernel runs the exact call (Transport::native)
   const NodeLayout* nodes = nullptr;          // node-aware over these nodes, else flat
   Tuner::Plan choice;                         // the tuner's decision (choice.key empty: none was asked)
   bool observed = false;                      // the call's time goes back to the tuner (Planner::timed)

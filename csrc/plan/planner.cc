@@ -89,8 +89,12 @@ const NodeLayout* Planner::node_aware(size_t bytes, bool compressed, HierarchyMo
 }
 
 Plan Planner::plan(const Call& call) const {
-  std::lock_guard<std::mutex> lock(mu_);
   Plan p;
+  if (call.kind == CallKind::Broadcast || call.kind == CallKind::Allgather) {
+    p.nccl = call.device == Device::Cuda;  // NCCL's own moves the same bytes with no reduction to order
+    return p;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
   p.dense = algorithm_;
   // A codec the calling thread set for its calls replaces the group's, with the group's other
   // settings (bucket size, rounding, seed, min_numel ...).

@@ -172,9 +172,10 @@ void bind_cuda(py::module_& m) {
   c.def("topk_indices", &topk_indices, "x"_a, "k"_a);
   c.def("nccl_version", [] { return nccl_runtime_version(); });
   c.def(
-      "enable", [](RingzipBackend& b, const c10::intrusive_ptr<c10d::Store>& store) { b.enable_cuda(store); },
+      "enable",
+      [](RingzipBackend& b, const c10::intrusive_ptr<c10d::Store>& store) { b.enable_device(c10::kCUDA, store); },
       "backend"_a, "store"_a);
-  c.def("enabled", [](const RingzipBackend& b) { return b.cuda_enabled(); }, "backend"_a);
+  c.def("enabled", [](const RingzipBackend& b) { return b.device_enabled(c10::kCUDA); }, "backend"_a);
 }
 
 }  // namespace ringzip

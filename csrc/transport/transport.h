@@ -10,6 +10,8 @@
 
 namespace ringzip {
 
+class NativeCollectives;  // transport/native.h
+
 class Request {
  public:
   virtual ~Request() = default;
@@ -52,6 +54,8 @@ class Transport {
   virtual void abort() {}
   // Releases connections and threads (group shutdown); later posts throw.
   virtual void close() {}
+  // The transport's own collectives (NCCL's), or null (host transports).
+  virtual NativeCollectives* native() { return nullptr; }
 };
 
 // A request that is already complete (zero-byte transfers never touch the network).

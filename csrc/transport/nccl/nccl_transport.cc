@@ -102,4 +102,66 @@ void NcclTransport::issue(const std::vector<Op>& group) {
   nccl_check(ncclGroupEnd(), "ncclGroupEnd");
 }
 
+// ---- NCCL's own collectives -------------------------------------------------------------------
+
+namespace {
+
+ncclDataType_t nccl_type(DType t) {
+  switch (t) {
+    case DType::F32: return ncclFloat32;
+    case DType::F64: return ncclFloat64;
+    case DType::F16: return ncclFloat16;
+    case DType::BF16: return ncclBfloat16;
+    case DType::I8: return ncclInt8;
+    case DType::U8:
+    case DType::Bool: return ncclUint8;
+    case DType::I32: return ncclInt32;
+    case DType::I64: return ncclInt64;
+  }
+  return ncclUint8;
+}
+
+ncclRedOp_t nccl_op(RedOp op) {
+  switch (op) {
+    case RedOp::Sum: return ncclSum;
+    case RedOp::Prod: return ncclProd;
+    case RedOp::Min: return ncclMin;
+    case RedOp::Max: return ncclMax;
+    default: break;
+  }
+  TORCH_CHECK(false, "ringzip (nccl): ", redop_name(op), " is not one of NCCL's reductions");
+}
+
+}  // namespace
+
+void NcclTransport::allreduce(void* data, size_t count, DType t, RedOp op) {
+  flush();
+  if (!count) return;
+  nccl_check(ncclAllReduce(data, data, count, nccl_type(t), nccl_op(op), comm_->get(), stream_), "ncclAllReduce");
+}
+
+void NcclTransport::reduce(void* data, size_t count, DType t, RedOp op, int root) {
+  flush();
+  if (!count) return;
+  nccl_check(ncclReduce(data, data, count, nccl_type(t), nccl_op(op), root, comm_->get(), stream_), "ncclReduce");
+}
+
+void NcclTransport::reduce_scatter(const void* in, void* out, size_t count, DType t, RedOp op) {
+  flush();
+  if (!count) return;
+  nccl_check(ncclReduceScatter(in, out, count, nccl_type(t), nccl_op(op), comm_->get(), stream_), "ncclReduceScatter");
+}
+
+void NcclTransport::allgather(const void* in, void* out, size_t bytes) {
+  flush();
+  if (!bytes) return;
+  nccl_check(ncclAllGather(in, out, bytes, ncclUint8, comm_->get(), stream_), "ncclAllGather");
+}
+
+void NcclTransport::broadcast(void* data, size_t bytes, int root) {
+  flush();
+  if (!bytes) return;
+  nccl_check(ncclBroadcast(data, data, bytes, ncclUint8, root, comm_->get(), stream_), "ncclBroadcast");
+}
+
 }  // namespace ringzip

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "transport/grouped.h"
+#include "transport/native.h"
 
 namespace ringzip {
 
@@ -54,13 +55,22 @@ class NcclComm {
   int rank_, size_, device_;
 };
 
-class NcclTransport final : public GroupedTransport {
+// NCCL's collectives (NativeCollectives) first issue the posts held back, so they keep their
+// place in the stream's order.
+class NcclTransport final : public GroupedTransport, public NativeCollectives {
  public:
   NcclTransport(std::shared_ptr<NcclComm> comm, cudaStream_t stream);
   ~NcclTransport() override;
   int rank() const override { return comm_->rank(); }
   int size() const override { return comm_->size(); }
   std::string name() const override { return "nccl"; }
+  NativeCollectives* native() override { return this; }
+
+  void allreduce(void* data, size_t count, DType t, RedOp op) override;
+  void reduce(void* data, size_t count, DType t, RedOp op, int root) override;
+  void reduce_scatter(const void* in, void* out, size_t count, DType t, RedOp op) override;
+  void allgather(const void* in, void* out, size_t bytes) override;
+  void broadcast(void* data, size_t bytes, int root) override;
 
  private:
   void issue(const std::vector<Op>& group) override;

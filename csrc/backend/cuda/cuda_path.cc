@@ -1,6 +1,5 @@
-// RingzipBackend's CUDA path (see cuda_path.h): events, CudaWork, the per-device state, and
-// run_cuda, through which every collective on CUDA tensors is issued (cuda_collectives.cc).
-#include "backend/cuda_path.h"
+// RingzipBackend's CUDA path (see cuda_path.h): events, CudaWork and the per-device state.
+#include "backend/cuda/cuda_path.h"
 
 #include <ATen/core/ivalue.h>
 #include <c10/cuda/CUDACachingAllocator.h>
@@ -80,6 +79,7 @@ void CudaWork::enqueued(const c10::cuda::CUDAStream& stream) {
 void CudaWork::done(std::exception_ptr error) {
   if (finished_.exchange(true)) return;
   finish(std::move(error));  // c10d::Work: completed_, exception_, wakes wait()ers
+  keep_ = nullptr;
 }
 
 bool CudaWork::failed() const {
@@ -180,87 +180,6 @@ CudaDevice& CudaPath::device(c10::DeviceIndex index, std::chrono::milliseconds t
     comms_.push_back(comm);
   }
   return devices_.emplace(index, CudaDevice{stream, std::move(comm)}).first->second;
-}
-
-// ---- RingzipBackend hooks ------------------------------------------------------------------------
-
-void RingzipBackend::enable_cuda(const c10::intrusive_ptr<c10d::Store>& store) {
-  if (cuda_) return;
-  CudaPath::Hooks hooks;
-  hooks.fail = [this](const std::string& why) { poison(why); };
-  hooks.diagnose = [this](uint64_t seq) { return watch_ ? watch_->stalled(seq) : std::string(); };
-  cuda_ = std::make_shared<CudaPath>(store, rank_, size_, cfg_.group_name, std::move(hooks));
-}
-
-void RingzipBackend::abort_cuda(const std::string& why) { cuda_->abort(why); }
-
-void RingzipBackend::shutdown_cuda() { cuda_->stop(); }
-
-c10::intrusive_ptr<c10d::Work> RingzipBackend::run_cuda(CudaCall call, const CudaBody& body) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    check_usable_locked(call.name);
-  }
-  const c10::Device dev = call.device;
-  TORCH_CHECK(dev.is_cuda(), "ringzip: ", call.name, " on the CUDA path got a ", dev, " tensor");
-  const std::string where = std::string(call.name) + " on group '" + cfg_.group_name + "'";
-  c10::intrusive_ptr<CudaWork> work;
-  std::shared_ptr<NcclComm> comm;
-  bool diagnosable = false, poison_after = false;
-  std::exception_ptr err;
-  {
-    std::unique_lock<std::timed_mutex> lock(cuda_->mutex());  // one issue order (NCCL matches by order)
-    const uint64_t seq = call.p2p ? p2p_seq_.fetch_add(1) : seq_.fetch_add(call.nseq);
-    const auto deadline = std::chrono::steady_clock::now() + call.timeout;
-    try {
-      if (!call.p2p) diagnosable = precheck(call.fp, seq, check_.load(), where, deadline, poison_after);
-      poison_after = true;  // from here on a failure leaves the transport in an unknown state
-      CudaDevice& d = cuda_->device(dev.index(), call.timeout, where);
-      comm = d.comm;
-      c10::cuda::CUDAGuard dg(dev);
-      work = c10::make_intrusive<CudaWork>(rank_, size_, call.type, call.name, cfg_.group_name, call.outputs, seq,
-                                           call.timeout, dev, call.blocking);
-      work->begin(c10::cuda::getCurrentCUDAStream(dev.index()), d.stream);
-      // The caching allocator must not hand these blocks to other streams before the work is done.
-      for (const auto* list : {&call.inputs, &call.outputs})
-        for (const auto& t : *list)
-          if (t.defined() && t.is_cuda() && t.storage().data_ptr().get())
-            c10::cuda::CUDACachingAllocator::recordStream(t.storage().data_ptr(), d.stream);
-      cuda_->track(work, comm, diagnosable);  // its deadline runs from now on, even while issuing
-      {
-        c10::cuda::CUDAStreamGuard sg(d.stream);
-        NcclTransport net(d.comm, d.stream.stream());
-        auto compute = make_cuda_compute(d.stream);
-        Comm c{net, *compute, static_cast<uint32_t>(seq), deadline, where};
-        body(c, d);
-        net.flush();
-      }
-      work->enqueued(d.stream);
-    } catch (...) {
-      err = std::current_exception();
-    }
-  }
-  if (err) {
-    // Raised on the caller's thread; a failure after the first NCCL call may have left peers
-    // waiting for this rank, so the group is poisoned (their watchdogs fire at their deadlines).
-    // A call the watchdog failed meanwhile (its abort unblocked an issue stuck in NCCL) raises
-    // the watchdog's error.
-    if (work && work->failed()) err = work->exception();
-    if (poison_after) {
-      std::string why;
-      try {
-        std::rethrow_exception(err);
-      } catch (const c10::Error& e) {
-        why = e.what_without_backtrace();
-      } catch (const std::exception& e) {
-        why = e.what();
-      }
-      poison(why);
-      if (work) work->done(err);
-    }
-    std::rethrow_exception(err);
-  }
-  return work;
 }
 
 }  // namespace ringzip

@@ -14,7 +14,7 @@
 #include <optional>
 #include <unordered_set>
 
-#include "backend/cuda_path.h"
+#include "backend/cuda/cuda_path.h"
 
 namespace ringzip {
 namespace {

@@ -1,10 +1,11 @@
 #pragma once
-// The CUDA path of RingzipBackend (CUDA builds only).
+// The CUDA path of RingzipBackend (CUDA builds only): the device glue behind the one dispatch.
 //
 // Every collective on CUDA tensors is issued on the calling thread, on an internal stream per
 // device that first waits for the caller's current stream, over the NCCL transport with the
-// CUDA kernels (RingzipBackend::run_cuda, cuda_path.cc; the collectives: cuda_collectives.cc).
-// Nothing waits for the device on the hot path: a Work completes by event.
+// CUDA kernels (CudaDevicePath::issue, cuda_device_path.cc, registered for CUDA tensors; the
+// collectives' bodies are the host's: backend/collectives.cc). Nothing waits for the device on
+// the hot path: a Work completes by event.
 //
 // The same checks as the host path, ProcessGroupNCCL-style: a watchdog thread per group
 // (cuda_watchdog.cc) polls the end events of the works in flight and the communicators'
@@ -25,6 +26,7 @@
 #include <mutex>
 #include <thread>
 
+#include "backend/device_path.h"
 #include "transport/nccl/nccl_transport.h"
 
 namespace ringzip {
@@ -77,7 +79,11 @@ class CudaWork final : public c10d::Work {
   // a work is watched from before its first NCCL call, so it is not ended before enqueued().
   bool started() const { return start_->query(); }
   bool ended() const { return issued_all_.load() && end_->query(); }
-  // Marks the work done (ok) or failed; the first call wins.
+  // Holds the call's body, and so every tensor it captured (staged copies made on the caller's
+  // stream), until the work is done: the caching allocator must not reuse them while the
+  // internal stream may still read them. Set before the work is tracked.
+  void keep(Body body) { keep_ = std::move(body); }
+  // Marks the work done (ok) or failed and drops what it kept; the first call wins.
   void done(std::exception_ptr error = nullptr);
   bool failed() const;
   // "allreduce (seq 5, rank 1 of 2) on group '0'" for messages.
@@ -97,6 +103,7 @@ class CudaWork final : public c10d::Work {
   std::shared_ptr<Event> start_, end_;
   std::atomic<bool> issued_all_{false};  // enqueued() ran: the end event is recorded
   std::atomic<bool> finished_{false};
+  Body keep_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
 };
 
