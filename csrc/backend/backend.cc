@@ -1,5 +1,6 @@
 #include "backend/backend.h"
 
+#include <algorithm>
 #include <optional>
 
 #include "backend/tensors.h"
@@ -22,6 +23,28 @@ RingzipBackend::RingzipBackend(std::unique_ptr<Transport> net, Config cfg)
 }
 
 RingzipBackend::~RingzipBackend() { shutdown(); }
+
+namespace {
+RingzipBackend::SplitBuilder& split_builder() {
+  static RingzipBackend::SplitBuilder b;
+  return b;
+}
+}  // namespace
+
+void RingzipBackend::set_split_builder(SplitBuilder build) { split_builder() = std::move(build); }
+
+c10::intrusive_ptr<c10d::Backend> RingzipBackend::split(const c10::intrusive_ptr<c10d::Store>& store,
+                                                        const std::vector<int>& ranks,
+                                                        const c10::intrusive_ptr<c10d::Backend::Options>& opts) {
+  for (int r : ranks) check_rank(r, size_, "split", "member");
+  auto it = std::find(ranks.begin(), ranks.end(), rank_);
+  if (it == ranks.end()) return nullptr;
+  RZ_CHECK(split_builder() != nullptr, "split: ringzip's Python package has not registered its builder");
+  const auto timeout = opts ? opts->timeout : cfg_.timeout;
+  const std::string name = opts && !opts->group_name.empty() ? opts->group_name : cfg_.group_name + "/split";
+  return split_builder()(store, static_cast<int>(it - ranks.begin()), static_cast<int>(ranks.size()), timeout, name,
+                         *this);
+}
 
 c10::intrusive_ptr<c10d::Backend::Options> RingzipBackend::getBackendOptions() {
   return c10::make_intrusive<Options>("ringzip", cfg_.timeout);

@@ -42,6 +42,18 @@ class RingzipBackend final : public c10d::Backend {
   // Breaks the transport (pending and later calls fail at once), then stops the worker.
   void abort() override;
   void shutdown() override;
+  // dist.split_group / DeviceMesh on a device-bound group: a child backend over `ranks` (this
+  // group's ranks, in the child's order), built as a new group would be, with this group's
+  // settings; null where this rank is not among them. The builder is the Python creator's
+  // (set_split_builder, python/ringzip/_registry.py).
+  bool supportsSplitting() const override { return true; }
+  c10::intrusive_ptr<c10d::Backend> split(const c10::intrusive_ptr<c10d::Store>& store, const std::vector<int>& ranks,
+                                          const c10::intrusive_ptr<c10d::Backend::Options>& opts) override;
+  // Builds a child: (store, rank, size, timeout, group name, parent) -> backend.
+  using SplitBuilder = std::function<c10::intrusive_ptr<c10d::Backend>(const c10::intrusive_ptr<c10d::Store>&, int, int,
+                                                                       std::chrono::milliseconds, const std::string&,
+                                                                       const RingzipBackend&)>;
+  static void set_split_builder(SplitBuilder build);
 
   c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
                                            const c10d::BroadcastOptions& opts) override;

@@ -121,6 +121,21 @@ void bind_backend(py::module_& m) {
       },
       py::arg("codec"), "the calling thread's codec for the calls it issues (ringzip.compress / ringzip.exact)");
   m.def("pop_call_codec", &pop_call_codec, "ends the innermost push_call_codec of the calling thread");
+  m.def(
+      "set_split_builder",
+      [](py::function build) {
+        // Held for the process's life: the function's module (ringzip._registry) outlives every group.
+        auto fn = std::make_shared<py::function>(std::move(build));
+        RingzipBackend::set_split_builder([fn](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                                               std::chrono::milliseconds timeout, const std::string& name,
+                                               const RingzipBackend& parent) -> c10::intrusive_ptr<c10d::Backend> {
+          py::gil_scoped_acquire gil;
+          py::object child = (*fn)(store, rank, size, timeout, name, reinterpret_cast<uintptr_t>(&parent));
+          return c10::intrusive_ptr<c10d::Backend>::reclaim_copy(child.cast<RingzipBackend*>());
+        });
+      },
+      py::arg("build"),
+      "the builder of split()'s child backends: (store, rank, size, timeout, group_name, parent identity)");
   py::class_<RingzipBackend, c10d::Backend, NoGilPtr<RingzipBackend>>(m, "RingzipBackend")
       .def(py::init([](const c10::intrusive_ptr<c10d::Backend>& gloo, std::chrono::milliseconds timeout,
                        const std::string& group_name) {

@@ -105,29 +105,39 @@ def create_backend(dist_opts, pg_options):
     """The creator torch calls (extended API): ringzip's c10d Backend for one group."""
     opts = Options.from_env(_resolve_pg_options(pg_options))
     timeout = opts.timeout if opts.timeout is not None else dist_opts.timeout
+    return _build(dist_opts.store, dist_opts.group_rank, dist_opts.group_size, timeout, str(dist_opts.group_id), opts)
+
+
+def _split(store, rank: int, size: int, timeout: timedelta, group_name: str, parent: int):
+    """The child of RingzipBackend::split (dist.split_group, DeviceMesh on a device-bound group):
+    built as a new group is, with the parent's options."""
+    opts = _options.get(parent) or Options.from_env()
+    return _build(store, rank, size, opts.timeout if opts.timeout is not None else timeout, group_name, opts)
+
+
+def _build(group_store, rank: int, size: int, timeout, group_name: str, opts: Options):
     if not isinstance(timeout, timedelta):
         timeout = timedelta(seconds=float(timeout))
     # The transport gets its own corner of the group's store, so it never meets other backends' keys.
-    store = PrefixStore("ringzip/transport/", dist_opts.store)
-    gloo = dist.ProcessGroupGloo(store, dist_opts.group_rank, dist_opts.group_size, timeout)
-    backend = _C.RingzipBackend(gloo, timeout, str(dist_opts.group_id))
-    rank = dist_opts.group_rank
-    node_of = _topology.node_of_ranks(PrefixStore("ringzip/topology/", dist_opts.store), rank, dist_opts.group_size)
+    store = PrefixStore("ringzip/transport/", group_store)
+    gloo = dist.ProcessGroupGloo(store, rank, size, timeout)
+    backend = _C.RingzipBackend(gloo, timeout, group_name)
+    node_of = _topology.node_of_ranks(PrefixStore("ringzip/topology/", group_store), rank, size)
     # Shared memory among the ranks of this node (CPU tensors): its rendezvous finds every rank of
     # the node already here (they published their node keys), so a minute is plenty.
     shm_store = None
     if opts.transport in ("auto", "shm") and node_of.count(node_of[rank]) > 1:
-        shm_store = PrefixStore(f"ringzip/shm/{node_of[rank]}/", dist_opts.store)
+        shm_store = PrefixStore(f"ringzip/shm/{node_of[rank]}/", group_store)
     why = backend.set_topology(node_of, shm_store, min(timeout, timedelta(seconds=60)))
     if why and opts.transport == "shm":
         raise RuntimeError(f"ringzip: Options(transport='shm'): shared memory between the ranks of this "
                            f"node is unusable ({why}); transport='auto' falls back to Gloo over loopback")
     if why:
         warnings.warn(f"ringzip: shared memory between the ranks of this node is unusable ({why}); they "
-                      f"exchange messages through Gloo over loopback instead", stacklevel=2)
+                      f"exchange messages through Gloo over loopback instead", stacklevel=3)
     apply_options(backend, opts)
-    backend.enable_mismatch_watch(PrefixStore("ringzip/watch/", dist_opts.store))
-    _maybe_enable_cuda(backend, dist_opts.store, opts)
+    backend.enable_mismatch_watch(PrefixStore("ringzip/watch/", group_store))
+    _maybe_enable_cuda(backend, group_store, opts)
     return backend
 
 
@@ -146,6 +156,7 @@ def _maybe_enable_cuda(backend, store, opts: Options) -> None:
 def register() -> None:
     if "RINGZIP" in dist.Backend._plugins:  # noqa: SLF001
         return
+    _C.set_split_builder(_split)
     dist.Backend.register_backend("ringzip", create_backend, extended_api=True, devices=["cpu", "cuda"])
 
 

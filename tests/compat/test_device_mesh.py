@@ -7,7 +7,10 @@
 * ``backend_override={"dp": ("ringzip", ringzip.Options(...))}`` configures one dimension: its
   calls run that codec, the other dimension stays exact;
 * ``dist.split_group`` refuses on a CPU-only machine whatever the backend (gloo too): the check
-  fails if a torch lets it through, so that docs/usage.md is updated.
+  fails if a torch lets it through, so that docs/usage.md is updated;
+* what it would call, ``ProcessGroup.split_group`` (c10d ``Backend::split``), works on ringzip:
+  each half of the group gets a child ringzip backend over its ranks, with the parent's options
+  (q4 here), that sums over its own ranks only; a rank outside ``ranks`` gets no group.
 """
 from __future__ import annotations
 
@@ -58,6 +61,25 @@ def checks(ctx):
         assert ringzip.stats(dp)["q8"]["calls"] == 1 and "q8" not in ringzip.stats(tp)
         assert not torch.equal(x, sum(_ints(r) for r in peers["dp"])), "q8 kept every integer exactly"
 
+    with chk.case("split_group/backend_split"):
+        mine = peers["tp"]
+        sub = dist.group.WORLD.split_group(mine, group_name=f"half{rank // 2}")
+        backend = sub._get_backend(torch.device("cpu"))  # noqa: SLF001
+        assert isinstance(backend, ringzip._C.RingzipBackend), type(backend)
+        assert (sub.rank(), sub.size()) == (mine.index(rank), 2), (sub.rank(), sub.size())
+        assert ringzip.get_options(sub).codec == "q4", ringzip.get_options(sub)
+        x = _ints(rank)
+        sub.allreduce([x]).wait()
+        assert ringzip.stats(sub)["q4"]["calls"] == 1, ringzip.stats(sub)
+        want = sum(_ints(r) for r in mine)
+        # q4 rounds each input to 1/15 of its bucket's range (~100 here), then the sum (~200): ~20 at most
+        assert not torch.equal(x, want) and (x - want).abs().max() < 30, "not the q4 sum of the half's ranks"
+        y = torch.full((3,), float(rank))
+        sub.broadcast([y], dist.BroadcastOptions()).wait()  # root 0 of the child: its first rank
+        assert torch.equal(y, torch.full((3,), float(mine[0]))), y
+        other = [r for r in range(WS) if r not in mine]
+        assert dist.group.WORLD.split_group(other, group_name=f"other{rank // 2}") is None
+
     with chk.case("split_group/refused_on_cpu"):
         with pytest.raises(RuntimeError, match="device"):
             dist.split_group(split_ranks=[[0, 1], [2, 3]])
@@ -65,7 +87,8 @@ def checks(ctx):
     return chk.result()
 
 
-CASES = ["mesh/dims_are_ringzip_groups", "mesh/backend_override_options", "split_group/refused_on_cpu"]
+CASES = ["mesh/dims_are_ringzip_groups", "mesh/backend_override_options", "split_group/backend_split",
+         "split_group/refused_on_cpu"]
 _LAUNCH: list = []
 
 
