@@ -80,5 +80,8 @@ class Compute {
 
 // The CPU implementation (kernels in codec/*_cpu.cc and collective/reduce.cc).
 Compute& host_compute();
+// The CPU kernels through the CUDA compute's branches (unfused steps, no finiteness reported):
+// what tests run the schedules with to cover a GPU's code paths on the host.
+Compute& device_branches_compute();
 
 }  // namespace ringzip

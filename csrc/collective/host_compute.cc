@@ -127,10 +127,74 @@ class HostCompute final : public Compute {
   BlockPool pool_;
 };
 
+// The CPU kernels, through the branches the CUDA compute takes (collective/cuda_compute.cc): no
+// fused reduce-then-encode (the owner's SRA step runs Compute's unfused default), and no step
+// that reports a residual free of NaN/Inf (a device would need a host sync to know), so the
+// algorithms run their finiteness scans (drop_nonfinite) as on a GPU. Same bits as HostCompute.
+class DeviceBranchesCompute final : public Compute {
+ public:
+  explicit DeviceBranchesCompute(Compute& host) : h_(host) {}
+  std::shared_ptr<uint8_t> alloc(size_t bytes) override { return h_.alloc(bytes); }
+  void copy(void* dst, const void* src, size_t bytes) override { h_.copy(dst, src, bytes); }
+  void zero(void* dst, size_t bytes) override { h_.zero(dst, bytes); }
+  void reduce_into(DType t, RedOp op, void* acc, const void* in, size_t n) override {
+    h_.reduce_into(t, op, acc, in, n);
+  }
+  void scale(DType t, void* data, size_t n, double f) override { h_.scale(t, data, n, f); }
+  void residual(float* r, const float* x, size_t n) override { h_.residual(r, x, n); }
+  void drop_nonfinite(float* r, size_t n) override { h_.drop_nonfinite(r, n); }
+  void encode(const codec::Spec& s, codec::InType t, const void* x, int64_t n, int64_t off, const codec::RngKey& k,
+              uint8_t* out) override {
+    h_.encode(s, t, x, n, off, k, out);
+  }
+  void decode(const codec::Spec& s, const uint8_t* in, size_t bytes, int64_t n, int64_t off, const codec::RngKey& k,
+              float* out) override {
+    h_.decode(s, in, bytes, n, off, k, out);
+  }
+  void decode_accumulate(const codec::Spec& s, const uint8_t* in, size_t bytes, int64_t n, int64_t off,
+                         const codec::RngKey& k, float* acc) override {
+    h_.decode_accumulate(s, in, bytes, n, off, k, acc);
+  }
+  void decode_add_encode(const codec::Spec& s, const uint8_t* in, size_t bytes, const float* local, int64_t n,
+                         int64_t off, const codec::RngKey& dk, const codec::RngKey& ek, uint8_t* out) override {
+    h_.decode_add_encode(s, in, bytes, local, n, off, dk, ek, out);
+  }
+  bool decode_residual(const codec::Spec& s, const uint8_t* in, size_t bytes, int64_t n, int64_t off,
+                       const codec::RngKey& k, const float* x, float* r) override {
+    h_.decode_residual(s, in, bytes, n, off, k, x, r);
+    return false;
+  }
+  bool encode_feedback(const codec::Spec& s, const float* x, float* r, int64_t n, int64_t off, const codec::RngKey& k,
+                       uint8_t* out, bool& finite) override {
+    h_.encode_feedback(s, x, r, n, off, k, out, finite);
+    finite = false;
+    return true;
+  }
+  bool topk_feedback(const codec::Spec& s, float* x, float* r, int64_t n, uint8_t* out, bool& finite) override {
+    h_.topk_feedback(s, x, r, n, out, finite);
+    finite = false;
+    return true;
+  }
+  void randomk_to_values(const uint8_t* payload, size_t k, float* vals) override {
+    h_.randomk_to_values(payload, k, vals);
+  }
+  void randomk_from_values(const float* vals, size_t k, uint8_t* payload) override {
+    h_.randomk_from_values(vals, k, payload);
+  }
+
+ private:
+  Compute& h_;
+};
+
 }  // namespace
 
 Compute& host_compute() {
   static HostCompute c;
+  return c;
+}
+
+Compute& device_branches_compute() {
+  static DeviceBranchesCompute c(host_compute());
   return c;
 }
 

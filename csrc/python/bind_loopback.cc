@@ -37,7 +37,16 @@ struct Run {
   // With nodes: every rank reaches the ranks of its node through a hub of the node's own
   // (RoutedTransport, as shared memory inside a node), the others through the group's hub.
   bool routed = false;
+  // "host": the CPU compute; "device": the CPU kernels through the CUDA compute's branches
+  // (device_branches_compute), the schedules' GPU code paths without a GPU.
+  std::string compute = "host";
 };
+
+Compute& compute_of(const Run& run) {
+  if (run.compute == "host") return host_compute();
+  if (run.compute == "device") return device_branches_compute();
+  bad("compute must be 'host' or 'device', got '" + run.compute + "'");
+}
 
 // The node layout of a run with `nodes`, checked against the number of ranks.
 std::optional<NodeLayout> layout_of(const Run& run, int n) {
@@ -50,6 +59,7 @@ std::optional<NodeLayout> layout_of(const Run& run, int n) {
 
 // body(rank, comm) on one thread per rank; the failures of all ranks come back as one error.
 void run_ranks(int n, const Run& run, const char* op, const std::function<void(int, Comm&)>& body) {
+  Compute& compute = compute_of(run);  // a bad name raises here, not in every rank
   auto hub = std::make_shared<LoopbackHub>(n, parse_loopback_mode(run.mode));
   std::optional<NodeLayout> lay;
   std::vector<std::shared_ptr<LoopbackHub>> node_hubs;
@@ -70,8 +80,7 @@ void run_ranks(int n, const Run& run, const char* op, const std::function<void(i
       }
       Transport& net = *transport;
       try {
-        Comm c{net, host_compute(), run.seq,
-               std::chrono::steady_clock::now() + std::chrono::milliseconds(run.timeout_ms), op};
+        Comm c{net, compute, run.seq, std::chrono::steady_clock::now() + std::chrono::milliseconds(run.timeout_ms), op};
         body(r, c);
       } catch (const c10::Error& e) {
         errors[r] = e.what_without_backtrace();
@@ -320,13 +329,13 @@ void bind_loopback(py::module_& m) {
       [](const std::string& op, const Tensors& inputs, const std::string& mode, const std::string& algorithm,
          const std::string& reduce_op, int root, uint32_t seq, std::optional<std::vector<size_t>> parts,
          std::optional<std::vector<std::vector<int64_t>>> splits, int64_t timeout_ms,
-         std::optional<std::vector<int>> nodes, bool routed) {
+         std::optional<std::vector<int>> nodes, bool routed, const std::string& compute) {
         return collective(op, inputs, algorithm, reduce_op, root, parts, splits,
-                          Run{mode, seq, timeout_ms, nodes, routed});
+                          Run{mode, seq, timeout_ms, nodes, routed, compute});
       },
       "op"_a, "inputs"_a, "mode"_a = "eager", "algorithm"_a = "auto", "reduce_op"_a = "sum", "root"_a = 0, "seq"_a = 0,
       "parts"_a = py::none(), "splits"_a = py::none(), "timeout_ms"_a = 60000, "nodes"_a = py::none(),
-      "routed"_a = false,
+      "routed"_a = false, "compute"_a = "host",
       "Runs a dense collective with len(inputs) ranks (inputs[r]: rank r's tensor) in mode 'eager' (Gloo-like)\n"
       "or 'grouped' (NCCL-like) and returns each rank's result. op: allreduce (algorithm auto, ring, rd, direct,\n"
       "star, hd, tree), reduce_scatter / allgather (ring, in place, parts: n + 1 element offsets, default even), "
@@ -347,14 +356,14 @@ void bind_loopback(py::module_& m) {
       [](const std::string& op, const Tensors& inputs, const std::string& codec, const std::string& mode,
          const std::string& algorithm, uint64_t seed, uint32_t rng_seq, uint32_t seq, size_t topk_block, int64_t bucket,
          const std::string& rounding, std::optional<Tensors> residuals, int64_t timeout_ms,
-         std::optional<std::vector<int>> nodes, bool routed, size_t segment_elems) {
+         std::optional<std::vector<int>> nodes, bool routed, size_t segment_elems, const std::string& compute) {
         return compressed(op, inputs, codec, algorithm, seed, rng_seq, topk_block, bucket, rounding, residuals,
-                          segment_elems, Run{mode, seq, timeout_ms, nodes, routed});
+                          segment_elems, Run{mode, seq, timeout_ms, nodes, routed, compute});
       },
       "op"_a, "inputs"_a, "codec"_a, "mode"_a = "eager", "algorithm"_a = "auto", "seed"_a = 0, "rng_seq"_a = 0,
       "seq"_a = 0, "topk_block"_a = size_t(1) << 20, "bucket"_a = 512, "rounding"_a = "stochastic",
       "residuals"_a = py::none(), "timeout_ms"_a = 60000, "nodes"_a = py::none(), "routed"_a = false,
-      "segment_elems"_a = 0,
+      "segment_elems"_a = 0, "compute"_a = "host",
       "Compressed SUM of float32 inputs (op allreduce or reduce_scatter) with a codec string, algorithm\n"
       "(auto, ring, sra, sparse), seed, rng_seq (CompressedCall.rng_seq), bucket, rounding (stochastic or\n"
       "nearest), topk_block, optional error-feedback residuals (one per rank) and nodes (the node of every rank:\n"

@@ -228,17 +228,17 @@ def reference_reduce_scatter(n, codec, size, ef, bucket=512):
     return xs, res, RC.compressed_reduce_scatter(xs, codec, residuals=res, **args), args
 
 
-def run_reduce_scatter(mode, n, codec, size, ef, bucket=512):
+def run_reduce_scatter(mode, n, codec, size, ef, bucket=512, compute="host"):
     xs, res, (want, want_res), args = reference_reduce_scatter(n, codec, size, ef, bucket)
-    out, new_res = L.compressed("reduce_scatter", xs, codec, mode=mode, residuals=res, **args)
+    out, new_res = L.compressed("reduce_scatter", xs, codec, mode=mode, residuals=res, compute=compute, **args)
     return xs, out, new_res, want, want_res
 
 
-def check_reduce_scatter(mode, n, codec, size, ef, bucket=512):
-    xs, out, new_res, want, want_res = run_reduce_scatter(mode, n, codec, size, ef, bucket)
+def check_reduce_scatter(mode, n, codec, size, ef, bucket=512, compute="host"):
+    xs, out, new_res, want, want_res = run_reduce_scatter(mode, n, codec, size, ef, bucket, compute)
     begin = RC.even_parts(size, n)
     own = lambda ts: [t[begin[r]:begin[r + 1]] for r, t in enumerate(ts)]  # noqa: E731
-    what = f"{codec} reduce-scatter, {n} ranks, {size} elements, {mode}"
+    what = f"{codec} reduce-scatter, {n} ranks, {size} elements, {mode}, {compute} compute"
     same(own(out), own(want), what + ", owned part")
     if ef:
         same(new_res, want_res, what + ", residual")
