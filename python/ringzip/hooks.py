@@ -23,6 +23,7 @@ compiled autograd with ``optimize_ddp="python_reducer"`` (DDP calls it per param
 gradient and the parameter; each gradient is averaged in place, outside the compiled graph).
 """
 # No ``from __future__ import annotations``: DDP checks compress's annotations as objects.
+import functools
 import weakref
 from dataclasses import dataclass, field
 from typing import Optional
@@ -139,7 +140,7 @@ def compress(state: State, bucket: dist.GradBucket) -> torch.futures.Future[torc
     Scales by 1 / world size first and sums, as DDP's own reducer does (so the bits are those
     of DDP on a group with that codec)."""
     if isinstance(bucket, tuple):
-        return _compress_gradient(state, *bucket)
+        return _outside_graph(_compress_gradient)(state, *bucket)
     tensor = bucket.buffer()
     state.ringzip_group(tensor.device)
     if state._pending is not None:  # noqa: SLF001
@@ -151,7 +152,12 @@ def compress(state: State, bucket: dist.GradBucket) -> torch.futures.Future[torc
     return fut.then(lambda f: f.value()[0])
 
 
-@torch.compiler.disable
+@functools.cache
+def _outside_graph(fn):
+    # torch.compiler.disable imports torch._dynamo (seconds): only compiled autograd needs it.
+    return torch.compiler.disable(fn)
+
+
 def _compress_gradient(state: State, grad: torch.Tensor, param: torch.Tensor) -> None:
     """Compiled autograd with ``optimize_ddp="python_reducer"`` has no buckets: DDP calls its
     hooks with each parameter's ``(grad, param)`` once the gradient is accumulated, and uses no
