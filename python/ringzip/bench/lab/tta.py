@@ -3,7 +3,10 @@ against the gradient compression a PyTorch user already has (DDP comm hooks over
 
 Rows (--rows): `gloo` (exact fp32 all-reduce), `gloo+bf16` / `gloo+fp16` (DDP's
 bf16/fp16_compress_hook), `gloo+powersgdR` (PowerSGD hook, matrix-approximation rank R, warm
-start and error feedback on: torch's defaults), `ringzip:CODEC` (any ringzip codec). Every row of
+start and error feedback on: torch's defaults), `ringzip:CODEC` (any ringzip codec set on the
+row's group), `gloo+ringzip:CODEC` (a gloo group whose DDP registers ringzip.hooks.compress with
+that codec: the buckets travel on a ringzip group made beside it, every other call stays exact
+on gloo). Every row of
 a seed starts from the same weights and sees the same batches in the same order (tasks/). Each
 row trains on its own process group; validation runs on the default (gloo) group, outside the
 timed steps. All parameters sit in one DDP bucket in every row: PowerSGD over gloo with several
@@ -42,14 +45,18 @@ def add_arguments(p) -> None:
 
 
 def parse_row(name: str) -> dict:
-    """'gloo', 'gloo+bf16', 'gloo+fp16', 'gloo+powersgd4', 'ringzip:q4' -> what the rank does."""
+    """'gloo', 'gloo+bf16', 'gloo+fp16', 'gloo+powersgd4', 'ringzip:q4', 'gloo+ringzip:q4' -> what
+    the rank does."""
     if name.startswith("ringzip:") and len(name) > 8:
         return {"backend": "ringzip", "hook": None, "codec": name[8:]}
+    if name.startswith("gloo+ringzip:") and len(name) > 13:
+        return {"backend": "gloo", "hook": "ringzip", "codec": name[13:]}
     if name in ("gloo", "gloo+bf16", "gloo+fp16"):
         return {"backend": "gloo", "hook": name[5:] or None, "codec": None}
     if name.startswith("gloo+powersgd") and name[13:].isdigit() and int(name[13:]) > 0:
         return {"backend": "gloo", "hook": "powersgd", "rank": int(name[13:]), "codec": None}
-    raise ValueError(f"unknown row {name!r}: expected gloo, gloo+bf16, gloo+fp16, gloo+powersgdR or ringzip:CODEC")
+    raise ValueError(f"unknown row {name!r}: expected gloo, gloo+bf16, gloo+fp16, gloo+powersgdR, ringzip:CODEC "
+                     f"or gloo+ringzip:CODEC")
 
 
 def plan(rows: list[str], seeds: list[int], seeds_for: list[str]) -> list[dict]:
@@ -106,6 +113,16 @@ def _hook(ddp, row: dict, group, spec: dict):
 
     if row["hook"] in ("bf16", "fp16"):
         ddp.register_comm_hook(group, ddp_compress_hook(row["hook"]))
+    elif row["hook"] == "ringzip":
+        import ringzip
+        import torch.distributed as dist
+
+        # The hook's group, made here rather than at the first bucket, so its setup stays out of
+        # the timed steps as the other rows' groups do.
+        zgroup = dist.new_group(backend="ringzip", pg_options=ringzip.Options(**spec["ringzip_options"]))
+        state = ringzip.hooks.State(codec=row["codec"], process_group=group, group=zgroup)
+        ddp.register_comm_hook(state, ringzip.hooks.compress)
+        return state
     elif row["hook"] == "powersgd":
         state = psgd.PowerSGDState(process_group=group, matrix_approximation_rank=row["rank"],
                                    start_powerSGD_iter=spec["powersgd_start"], warm_start=True)
@@ -117,10 +134,11 @@ def _hook(ddp, row: dict, group, spec: dict):
 def _wire_bytes(row, group, state, params, steps, n) -> float:
     """Bytes this rank sent per step: ringzip counts them; for gloo rows, what an ideal ring sends
     for the tensors the hook hands to gloo (PowerSGD counts the elements it hands over)."""
-    if row["backend"] == "ringzip":
+    if row["backend"] == "ringzip" or row["hook"] == "ringzip":
         import ringzip
 
-        sent = sum(v["bytes_wire"] for v in ringzip.stats(group).values() if isinstance(v, dict) and "bytes_wire" in v)
+        zgroup = state.group if row["hook"] == "ringzip" else group
+        sent = sum(v["bytes_wire"] for v in ringzip.stats(zgroup).values() if isinstance(v, dict) and "bytes_wire" in v)
         return sent / steps if sent else ring_bytes(params, 4, n)
     if row["hook"] == "powersgd":
         compressed_steps = state.total_numel_before_compression / params
@@ -147,10 +165,11 @@ def _train_one(spec, cfg, rank, n, timeout):
     params = sum(p.numel() for p in net.parameters())
     ddp = DDP(net, process_group=group, bucket_cap_mb=params * 4 / 2**20 + 1)
     state = _hook(ddp, row, group, spec)
-    if row["backend"] == "ringzip":
+    if row["backend"] == "ringzip" or row["hook"] == "ringzip":
         import ringzip
 
-        ringzip.stats(group, reset=True)  # count the steps only, not DDP's initial broadcast
+        # count the steps only, not DDP's initial broadcast
+        ringzip.stats(state.group if row["hook"] == "ringzip" else group, reset=True)
     opt, sched = task.optimizer(net, tc, steps)
     evals, times = [], []
     for step in range(steps + 1):
