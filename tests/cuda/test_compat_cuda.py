@@ -6,7 +6,9 @@ NCCL 2.28.9, 2026-11-30): one 2-rank launch on one GPU.
 * the same string with ``pg_options=ringzip.Options``: ringzip's clear ValueError before NCCL's
   own assertion; with ``ProcessGroupNCCL.Options``: left to NCCL, the group works;
 * all-reduce of a sparse CUDA tensor over ringzip (host-staged): the same bits as the same call on
-  the CPU copy.
+  the CPU copy;
+* ``dist.split_group`` of a ringzip default group bound to a CUDA device (``device_id=``): each
+  rank's child group is ringzip with the parent's options (not yet run on a GPU).
 """
 from __future__ import annotations
 
@@ -62,3 +64,33 @@ def test_compat_cuda():
     res = mp.run(compat_cuda, 2, timeout=60)
     mp.raise_on_failures(mp.merge(res), "GPU compatibility")
     assert all(len(r["passed"]) == 4 for r in res), [r["passed"] for r in res]
+
+
+def split_cuda(ctx):
+    """A default group bound to a CUDA device (device_id=) splits through ringzip's Backend::split:
+    dist.split_group gives each rank a ringzip group of its own ranks, with the parent's options."""
+    torch.set_num_threads(1)
+    import ringzip
+
+    rank = ctx.rank
+    chk = mp.Checker(rank)
+    dist.init_process_group("ringzip", rank=rank, world_size=ctx.world_size, init_method=ctx.init_method,
+                            device_id=torch.device("cuda", 0), pg_options=ringzip.Options(codec="bf16"))
+    with chk.case("split_group/device_bound"):
+        sub = dist.split_group(split_ranks=[[0], [1]])
+        assert isinstance(sub._get_backend(torch.device("cuda")), ringzip._C.RingzipBackend)  # noqa: SLF001
+        assert ringzip.get_options(sub).codec == "bf16", ringzip.get_options(sub)
+        x = torch.full((1000,), float(rank + 1), device="cuda")
+        dist.all_reduce(x, group=sub)  # one rank: its own values
+        assert torch.equal(x.cpu(), torch.full((1000,), float(rank + 1)))
+        y = torch.full((1000,), float(rank + 1), device="cuda")
+        dist.all_reduce(y)  # the parent still sums both
+        assert torch.equal(y.cpu(), torch.full((1000,), 3.0))
+    dist.destroy_process_group()
+    return chk.result()
+
+
+def test_split_cuda():
+    res = mp.run(split_cuda, 2, timeout=60)
+    mp.raise_on_failures(mp.merge(res), "split of a device-bound group")
+    assert all(len(r["passed"]) == 1 for r in res), [r["passed"] for r in res]
