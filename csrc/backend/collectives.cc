@@ -227,6 +227,7 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::reduce_scatter_tensor_coalesced(s
   const char* name = "reduce_scatter_tensor_coalesced";
   RZ_CHECK_VALUE(outputs.size() == inputs.size(), name, ": ", outputs.size(), " outputs but ", inputs.size(),
                  " inputs");
+  std::vector<Reduction> reds;  // every item checked before any is staged
   for (size_t i = 0; i < outputs.size(); ++i) {
     check_single({outputs[i]}, name);
     check_device(inputs[i], outputs[i], name, "input");
@@ -234,7 +235,7 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::reduce_scatter_tensor_coalesced(s
     RZ_CHECK_VALUE(inputs[i].numel() == outputs[i].numel() * size_, name, ": input ", i, " has ", inputs[i].numel(),
                    " elements, expected ", outputs[i].numel() * size_);
     RZ_CHECK_TYPE(inputs[i].scalar_type() == outputs[i].scalar_type(), name, ": input and output dtypes differ");
-    to_reduction(opts.reduceOp, to_dtype(outputs[i].scalar_type(), "reduce_scatter"), size_, name);
+    reds.push_back(to_reduction(opts.reduceOp, to_dtype(outputs[i].scalar_type(), name), size_, name));
   }
   struct Item {
     at::Tensor flat;
@@ -246,10 +247,9 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::reduce_scatter_tensor_coalesced(s
   std::vector<Item> items;
   for (size_t i = 0; i < outputs.size(); ++i) {
     const c10::Device where = working(path, outputs[i]);
-    const Reduction red = to_reduction(opts.reduceOp, to_dtype(outputs[i].scalar_type(), name), size_, name);
     const Plan plan = planner_.plan(
         exact_only(planned_call(CallKind::ReduceScatter, path, inputs[i], inputs[i].numel(), opts.reduceOp)));
-    items.push_back({scatter_input(inputs[i], where, plan, red), Staged::out(outputs[i], where), red, plan});
+    items.push_back({scatter_input(inputs[i], where, plan, reds[i]), Staged::out(outputs[i], where), reds[i], plan});
   }
   const auto n = static_cast<uint32_t>(items.size());
   return issue(path, make_issue(c10d::OpType::COALESCED, name, outputs, opts, inputs, std::max<uint32_t>(n, 1)),
