@@ -240,6 +240,11 @@ c10::intrusive_ptr<c10d::Work> RingzipBackend::recvAnysource(std::vector<at::Ten
                  tensors[0].device().type(),
                  " tensors on the device's transport (NCCL needs the peer); pass src, or use "
                  "Options(transport=\"gloo\")");
+  // Gloo's transport matches a receive from any source by the bytes that arrive: an empty one
+  // has none to match (its own check fails deep inside), and no sender could be reported.
+  RZ_CHECK_VALUE(tensors[0].numel() > 0,
+                 "recv: a receive from any source needs a non-empty tensor (an empty message carries "
+                 "nothing to tell its sender by); pass src for an empty tensor");
   auto s = Staged::out(tensors[0], c10::kCPU);
   auto req = p2p_->irecv_any(s.work.data_ptr(), s.work.nbytes(), static_cast<uint32_t>(tag));
   return c10::make_intrusive<P2PWork>(

@@ -87,7 +87,9 @@ std::unique_ptr<Transport> local_transport(const std::vector<int>& node_of, int 
   if (members.size() < 2) return nullptr;
   std::unique_ptr<Transport> t;
   try {
-    t = make_shm_transport(store, lay.local_rank(rank), static_cast<int>(members.size()), timeout);
+    ShmOptions opts;
+    opts.names = {members, static_cast<int>(node_of.size())};  // errors name ranks as the group does
+    t = make_shm_transport(store, lay.local_rank(rank), static_cast<int>(members.size()), timeout, opts);
   } catch (const std::exception& e) {
     why = e.what();
   }

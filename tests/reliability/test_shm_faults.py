@@ -254,9 +254,6 @@ def test_late_rank_every_codec(kind, layout):
     assert not segments({o["pid"] for o in out}), segments()
 
 
-@pytest.mark.xfail(strict=True, reason="in a node-aware group the shared-memory transport's part of an error "
-                   "numbers ranks inside their node: 'ringzip allreduce ... (seq 2, rank 2 of 4): ring receive from "
-                   "rank 3 failed: ringzip shm transport (rank 0 of 2): rank 1 (pid P) died'")
 def test_node_aware_errors_name_ranks_as_the_group_does():
     world, _ = LAYOUTS["2x2"]
     kill = check_all_ok(_kill_outcomes("2x2")[: world - 1])

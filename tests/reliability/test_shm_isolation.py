@@ -291,9 +291,6 @@ def test_a_segment_that_is_not_a_peers_is_refused(variant):
     assert not o["left"], o
 
 
-@pytest.mark.xfail(strict=True, reason="open_segment (csrc/transport/shm/segment.cc) maps a peer's segment "
-                   "without checking its owner or mode: one owned by another uid, or that every local user may "
-                   "write, is accepted")
 @pytest.mark.parametrize("variant", UNSAFE)
 def test_a_segment_of_another_owner_or_open_to_others_is_refused(variant):
     o = _foreign()[variant]

@@ -53,9 +53,6 @@ def rank_zero_bytes_from_any_source(rank, world, tmp):
     return out
 
 
-@pytest.mark.xfail(strict=True, reason="dist.recv(empty, src=None) on a ringzip group raises Gloo's internal "
-                   "'[enforce fail at gloo/transport/tcp/unbound_buffer.cc:184] offset < this->size. 0 vs 0' (as a "
-                   "gloo group does): nothing says that a zero-byte receive from any source is not supported")
 def test_a_zero_byte_receive_from_any_source_works_or_says_why_not():
     res = launch(rank_zero_bytes_from_any_source, 2, timeout=60)
     msg = res[0].value

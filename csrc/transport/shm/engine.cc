@@ -93,9 +93,10 @@ struct Engine::Peer {
   std::string gone;  // why nothing more is exchanged with this peer; empty while it works
 };
 
-Engine::Engine(int rank, int size, size_t ring_bytes, Mapping own, std::vector<Mapping> peers)
+Engine::Engine(int rank, int size, size_t ring_bytes, Mapping own, std::vector<Mapping> peers, RankNames names)
     : rank_(rank),
       size_(size),
+      names_(std::move(names)),
       ring_bytes_(ring_bytes),
       // Frames of a quarter ring (at most 1 MiB) let the consumer copy one out while the
       // producer copies the next in; never less than a quarter of that, so a nearly full ring
@@ -129,9 +130,13 @@ Engine::Engine(int rank, int size, size_t ring_bytes, Mapping own, std::vector<M
 
 Engine::~Engine() { close(); }
 
+std::string Engine::who(int r) const {
+  return std::to_string(r >= 0 && static_cast<size_t>(r) < names_.ranks.size() ? names_.ranks[r] : r);
+}
+
 void Engine::raise(const std::string& what) const {
-  throw std::runtime_error("ringzip shm transport (rank " + std::to_string(rank_) + " of " + std::to_string(size_) +
-                           "): " + what);
+  throw std::runtime_error("ringzip shm transport (rank " + who(rank_) + " of " +
+                           std::to_string(names_.group_size > 0 ? names_.group_size : size_) + "): " + what);
 }
 
 void Engine::check_open() const {
@@ -147,8 +152,8 @@ Engine::Peer& Engine::peer_of(int peer, const char* what) {
 
 std::string Engine::describe(const Op& op) const {
   return std::string(op.send ? "send of " : "receive of ") + std::to_string(op.bytes) + " bytes " +
-         (op.send ? "to" : "from") + " rank " + std::to_string(op.peer) + " (tag " + hex(op.tag) + ", " +
-         std::to_string(op.done) + " bytes moved)";
+         (op.send ? "to" : "from") + " rank " + who(op.peer) + " (tag " + hex(op.tag) + ", " + std::to_string(op.done) +
+         " bytes moved)";
 }
 
 // ---- posting ----------------------------------------------------------------------------
@@ -157,7 +162,7 @@ std::shared_ptr<Op> Engine::post_send(const void* data, size_t bytes, int peer, 
   std::lock_guard<std::mutex> lk(mu_);
   check_open();
   Peer& p = peer_of(peer, "send");
-  if (!p.gone.empty()) raise("cannot send to rank " + std::to_string(peer) + ": " + p.gone);
+  if (!p.gone.empty()) raise("cannot send to rank " + who(peer) + ": " + p.gone);
   auto op = std::make_shared<Op>(Op{true, peer, tag, static_cast<char*>(const_cast<void*>(data)), bytes});
   op->number = p.next_number++;
   p.sends.push_back(op);
@@ -179,7 +184,7 @@ std::shared_ptr<Op> Engine::post_recv(void* data, size_t bytes, int peer, uint32
       return op;
     }
   }
-  if (!p.gone.empty()) raise("cannot receive from rank " + std::to_string(peer) + ": " + p.gone);
+  if (!p.gone.empty()) raise("cannot receive from rank " + who(peer) + ": " + p.gone);
   p.recvs.push_back(op);
   wake_thread();
   return op;
@@ -190,8 +195,8 @@ void Engine::take(Peer& p, std::shared_ptr<Unexpected> u, const std::shared_ptr<
   const bool still_arriving = p.arriving && p.into_buf == u;
   acknowledge(p, u->number);
   if (u->bytes != op->bytes) {
-    fail(*op, "rank " + std::to_string(p.rank) + " sends " + std::to_string(u->bytes) + " bytes under tag " +
-                  hex(op->tag) + " but this receive takes " + std::to_string(op->bytes) + " bytes");
+    fail(*op, "rank " + who(p.rank) + " sends " + std::to_string(u->bytes) + " bytes under tag " + hex(op->tag) +
+                  " but this receive takes " + std::to_string(op->bytes) + " bytes");
     if (still_arriving) p.into_buf.reset();  // the rest is discarded
     return;
   }
@@ -231,7 +236,7 @@ bool Engine::progress(bool rescue) {
     moved |= push(p);
     moved |= check_acks(p);
     if (state && p.gone.empty()) {
-      peer_gone(p, "rank " + std::to_string(p.rank) +
+      peer_gone(p, "rank " + who(p.rank) +
                        (state & kStateAborted ? " aborted its shm transport" : " closed its shm transport"));
       moved = true;
     }
@@ -261,7 +266,7 @@ bool Engine::drain(Peer& p, bool rescue) {
     }
     if (!corrupt && h.kind == FrameKind::Message && !begin_message(p, h)) return true;  // p is gone
     if (corrupt || h.payload > p.total - p.got) {
-      peer_gone(p, "corrupt frame from rank " + std::to_string(p.rank) + " (a bug, or memory overwritten)");
+      peer_gone(p, "corrupt frame from rank " + who(p.rank) + " (a bug, or memory overwritten)");
       return true;
     }
     if (p.into_op) {
@@ -301,8 +306,8 @@ bool Engine::begin_message(Peer& p, const FrameHeader& h) {
     if (op->bytes == h.total) {
       p.into_op = std::move(op);
     } else {
-      fail(*op, "rank " + std::to_string(p.rank) + " sends " + std::to_string(h.total) + " bytes under tag " +
-                    hex(h.tag) + " but this receive takes " + std::to_string(op->bytes) + " bytes");
+      fail(*op, "rank " + who(p.rank) + " sends " + std::to_string(h.total) + " bytes under tag " + hex(h.tag) +
+                    " but this receive takes " + std::to_string(op->bytes) + " bytes");
     }
     return true;
   }
@@ -313,7 +318,7 @@ bool Engine::begin_message(Peer& p, const FrameHeader& h) {
   u->buf.reset(new (std::nothrow) char[h.total]);
   if (!u->buf) {
     peer_gone(p, "cannot buffer a message of " + std::to_string(h.total) + " bytes under tag " + hex(h.tag) +
-                     " that rank " + std::to_string(p.rank) + " sent before its receive was posted (out of memory)");
+                     " that rank " + who(p.rank) + " sent before its receive was posted (out of memory)");
     return false;
   }
   p.into_buf = u;
@@ -486,8 +491,7 @@ void Engine::watch_peers() {
     if (!pp || !pp->gone.empty() || !pp->watch_pid) continue;
     if (!process_gone(pp->pid, pp->start_time)) continue;
     drain(*pp, true);  // what it wrote before it died still counts
-    if (pp->gone.empty())
-      peer_gone(*pp, "rank " + std::to_string(pp->rank) + " (pid " + std::to_string(pp->pid) + ") died");
+    if (pp->gone.empty()) peer_gone(*pp, "rank " + who(pp->rank) + " (pid " + std::to_string(pp->pid) + ") died");
   }
 }
 
@@ -526,7 +530,7 @@ void Engine::drop(Op& op) noexcept {
   if (op.state != Op::State::Pending || !shut_.empty()) return;
   interrupt_.store(true);
   shut(kStateAborted,
-       "rank " + std::to_string(rank_) + " dropped its unfinished " + describe(op) + ", which aborted the transport");
+       "rank " + who(rank_) + " dropped its unfinished " + describe(op) + ", which aborted the transport");
 }
 
 void Engine::abort() noexcept {

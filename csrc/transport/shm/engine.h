@@ -36,6 +36,7 @@
 #include <thread>
 #include <vector>
 
+#include "transport/shm/rank_names.h"
 #include "transport/shm/ring.h"
 #include "transport/shm/segment.h"
 
@@ -57,7 +58,7 @@ struct Op {
 class Engine {
  public:
   // `own`: this rank's segment, initialized; `peers[p]`: rank p's segment (empty for rank).
-  Engine(int rank, int size, size_t ring_bytes, Mapping own, std::vector<Mapping> peers);
+  Engine(int rank, int size, size_t ring_bytes, Mapping own, std::vector<Mapping> peers, RankNames names = {});
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
@@ -102,7 +103,9 @@ class Engine {
   void release_memory();
   std::string describe(const Op& op) const;
 
+  std::string who(int r) const;  // rank r as messages name it
   const int rank_, size_;
+  RankNames names_;
   const size_t ring_bytes_, max_frame_, min_frame_;
   const std::chrono::nanoseconds spin_;
   std::mutex mu_;

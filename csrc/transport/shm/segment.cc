@@ -88,6 +88,16 @@ Mapping create_segment(const std::string& name, size_t bytes) {
   return Mapping(base, bytes);
 }
 
+namespace {
+
+std::string mode_text(mode_t m) {
+  char buf[8];
+  std::snprintf(buf, sizeof buf, "0%03o", static_cast<unsigned>(m & 0777));
+  return buf;
+}
+
+}  // namespace
+
 Mapping open_segment(const std::string& name) {
   const int fd = shm_open(name.c_str(), O_RDWR, 0);
   if (fd < 0) {
@@ -98,6 +108,15 @@ Mapping open_segment(const std::string& name) {
   }
   struct stat st{};
   int err = fstat(fd, &st) == 0 ? 0 : errno;
+  // Ours are created by this user, readable and writable by it alone: a segment of another
+  // user, or one others may write, could be fed to this job by anyone (its frames are read as data).
+  if (!err && (st.st_uid != geteuid() || (st.st_mode & 077) != 0)) {
+    close(fd);
+    throw std::runtime_error("ringzip shm transport: refusing the shared-memory segment " + name + " (owner uid " +
+                             std::to_string(st.st_uid) + ", mode " + mode_text(st.st_mode) +
+                             "): a peer's segment must belong to this user (uid " + std::to_string(geteuid()) +
+                             ") with mode 0600");
+  }
   if (!err && static_cast<size_t>(st.st_size) < sizeof(SegmentHeader)) err = EINVAL;
   void* base = err ? MAP_FAILED : mmap(nullptr, st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (!err && base == MAP_FAILED) err = errno;

@@ -184,7 +184,10 @@ std::unique_ptr<Transport> make_shm_transport(const c10::intrusive_ptr<c10d::Sto
   }
   shm::unlink_segment(name);
   linked = false;
-  return std::make_unique<ShmTransport>(std::make_shared<Engine>(rank, size, ring, std::move(own), std::move(peers)));
+  shm::RankNames names = options.names;
+  if (names.group_size <= 0) names.group_size = size;
+  return std::make_unique<ShmTransport>(
+      std::make_shared<Engine>(rank, size, ring, std::move(own), std::move(peers), std::move(names)));
 }
 
 }  // namespace ringzip

@@ -24,6 +24,7 @@
 #include <chrono>
 #include <memory>
 
+#include "transport/shm/rank_names.h"
 #include "transport/transport.h"
 
 namespace ringzip {
@@ -32,6 +33,8 @@ struct ShmOptions {
   // Data bytes of each ring (one per ordered pair of ranks, in the receiver's segment): a
   // multiple of 4 KiB, at least 16 KiB, equal on all ranks. 0: default_shm_ring_bytes(size).
   size_t ring_bytes = 0;
+  // How errors name the ranks (engine.h): a node's transport, the group's numbers and size.
+  shm::RankNames names;
 };
 
 // 2 MiB per ring up to 9 ranks, less beyond, so a rank's segment stays within ~16 MiB of
