@@ -19,11 +19,12 @@
 // rank (agreed), scaled
 // within the class by the model, replaces the model's price; a way without one is priced from its
 // family's measured way or the class's measured excess over the model (price_unmeasured). A
-// way priced within 1.25x of the best is tried (exploration) until its price rests on three
-// times; one priced within 3x, of a codec in contention, is tried once per size class (the
-// tour: the model's blind spots, such as the tree over shared memory, are found by a try each);
-// exact, the baseline, is tried first wherever it is priced within 3x, and an exact way the
-// model finds plausible is run until it has three times, whatever its first ones say.
+// way priced within 1.25x of the best is tried (exploration) and measured again while its price
+// stays within 1.2x, until it rests on three times; a candidate (exact, or a codec) none of
+// whose ways ran at this size is run first at its best way where priced within 1.5x (exact,
+// the baseline, first of all: a "tour"), and an exact way the model finds plausible is run
+// until it has three times, whatever its first ones say. Nothing priced beyond 1.5x is run to
+// learn: where the model is wrong it is fixed, not explored around (tuner_choice.cc).
 // A way's first call at a size class is not timed (one-time costs), so a try is two calls.
 // Measurements expire after 128 calls without a new sample, so a way that got faster is found
 // again. Where the running way's price grows 2x between two refreshes and the refresh after
@@ -138,6 +139,9 @@ class Tuner {
   std::map<std::string, double> running_prices() const;
   void follow_changes(const std::map<std::string, double>& before);
   cost::CodecSpeed scaled(const std::string& name) const;
+  // This rank's kernel speeds: the host's (cached per process) or the device's (measured once).
+  double reduce_speed(Comm& c);
+  cost::CodecSpeed codec_speed(Comm& c, const CodecCandidate& cand);
   std::optional<std::pair<double, double>> injected() const;
   void chose(const Plan& p, const std::string& choice, bool dense, std::map<std::string, double> used,
              std::map<std::string, double> model);
@@ -161,7 +165,6 @@ class Tuner {
   std::map<std::string, size_t> sample_bytes_;         // the size of a key's last sample
   std::map<std::string, double> sample_wire_;          // and the model's bytes through the busiest link
   std::set<std::string> dirty_, pending_;              // keys sampled / explored since the last refresh
-  std::set<std::string> toured_;                       // keys the tour (or an exploration) ran once
   // A switch to another measured way re-measures it: its samples from before the switch are
   // dropped at the next refresh (once a new one came). Key -> how many to drop.
   std::map<std::string, size_t> remeasure_;

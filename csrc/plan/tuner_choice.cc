@@ -22,13 +22,19 @@ namespace {
 // flip between ways whose times lie within the machine's noise: auto / best fixed median 1.063
 // against 1.021 (bench/results/auto_grid.md, 2026-12-01). Exploring is not free in short runs.
 constexpr double kExplore = 1.25;
-// The tour: a way priced within this factor of the best, never run at this size class, is run
-// once (one way per call, once the best is measured) if its family (its codec) is in contention.
-// The model prices the tree's pipeline over shared memory at ~2x the ring where it ran 0.7-1.0x
-// (bench/results/auto_grid.md): a try each finds such blind spots, and a way that loses is then
-// priced from its own time and forgotten after kExpireCalls. Beyond 3x the model is trusted
-// (exact at 64 MiB over 1 Gbit/s, 4.6x q4, is never run to learn that it loses).
-constexpr double kTour = 3.0;
+// A candidate (exact, or one codec) none of whose ways is measured at a call's size is run at
+// its best way when priced within this factor of the best; its other ways then only within
+// kExplore. Beyond, the model is trusted: a try costs the way's warm-up call and its timed one,
+// and on a slow link those are the calls a new job waits for (3 ranks, 1 Gbit/s, 48 MiB: when
+// every way within 3x was run once, the star and the direct exchange, priced 1.5-3x the ring,
+// ran 5-6 of the first 30 calls at 1.6-3x the ring's time, 20 % of those calls' total;
+// bench/results/learning_n3_net-1gbit.md). So where the model is wrong it is fixed (cost.cc),
+// not explored around.
+constexpr double kCandidate = 1.5;
+// A way measured fewer than kSamples times is measured again only while its price is within
+// this factor of the best: a re-measurement costs the way's time, and one of a way priced 1.6x
+// (the direct exchange above, its first time unlucky or not) is a call 1.6x slower.
+constexpr double kResample = 1.2;
 // The running way stays unless another is priced this much below it: two ways of about one
 // speed otherwise trade places with the noise of their medians (4-5 % on this project's shared
 // 2-core machines), and every switch costs a re-measurement and a refresh.
@@ -111,8 +117,7 @@ size_t Tuner::choose(const Shape& s, const Ways& w, std::vector<double>& used, s
   }
   if (calibrated && !tried && fresh[best]) {
     // A way wants a sample while it has fewer than kSamples and is priced within its room: 1.25x
-    // for an unmeasured way, more for one with one or two times (one time lies anywhere in
-    // 0.7-1.5x its median).
+    // for an unmeasured way, kResample for one with one or two times.
     auto wants = [&](size_t i, double room) {
       return i != best && samples[i] < kSamples && !pending_.count(prefix + w.names[i]) && used[i] <= room * used[best];
     };
@@ -126,16 +131,16 @@ size_t Tuner::choose(const Shape& s, const Ways& w, std::vector<double>& used, s
       if (samples[i] == 0) return kExplore;
       if (w.family[i] == 0 && w.family[best] != 0 && w.est[i].total * excess <= kExplore * used[best])
         return std::numeric_limits<double>::infinity();
-      return kExplore * (1 + 0.3 * (kSamples - samples[i]));
+      return kResample;
     };
     // A candidate (a family: exact, or one codec) without a measured way is run first, at its
-    // best way where the model puts it within kTour: exact, the baseline auto must not lose to,
-    // at every size class (priced unmeasured from the compressed ways' excess over their model,
-    // 2.4x at 64 KiB over 1 Gbit/s with 3 ranks, it lay beyond kExplore, no other rule tried it,
-    // and q4 ran twice exact's time for 40 calls); after a lasting change (agree), every
-    // candidate once: priced from the exact ways' new excess, q4 lay at 2.4x its time after
-    // 10 -> 1 Gbit/s and exact ran on. Not once per size class like the tour: again whenever its
-    // measurement expired or a change moved its price.
+    // best way where priced within kCandidate, exact first: the baseline auto must not lose to
+    // (priced unmeasured from the compressed ways' excess over their model, 2.4x at 64 KiB over
+    // 1 Gbit/s with 3 ranks, it lay beyond kExplore, no other rule tried it, and q4 ran twice
+    // exact's time for 40 calls); and a codec priced from exact's excess (exact slow at first, a
+    // burst of other work) is otherwise never seen to win. After a lasting change (agree) the
+    // same: priced from the exact ways' new excess, q4 lay at 2.4x its time after 10 -> 1 Gbit/s
+    // and exact ran on. Again whenever its measurement expired or a change moved its price.
     const bool after_change = changed_classes_.count(prefix) > 0;
     // Per family (a candidate index, at most kFamilies): its cheapest way, and whether any of its
     // ways rests on samples (not priced from a change). Arrays: this runs on every call.
@@ -150,22 +155,12 @@ size_t Tuner::choose(const Shape& s, const Ways& w, std::vector<double>& used, s
     }
     size_t next = w.names.size();
     for (int f = 0; f < kFamilies && next == w.names.size(); ++f)  // exact (0) first
-      if (family_best[f] < w.names.size() && !measured_family[f] && (f == 0 || after_change) &&
-          wants(family_best[f], kTour))
+      if (family_best[f] < w.names.size() && !measured_family[f] && wants(family_best[f], kCandidate))
         next = family_best[f];
-    bool tour = next < w.names.size();
+    const bool tour = next < w.names.size();
     if (after_change && !tour) changed_classes_.erase(prefix);  // every candidate measured (or out of reach)
     for (size_t i = 0; i < w.names.size() && next == w.names.size(); ++i)
       if (wants(i, room(i))) next = i;
-    if (next == w.names.size()) {
-      // The tour visits the other ways of the families in contention (a candidate whose best way
-      // is within kExplore): the algorithms of a codec that may win, not every codec's.
-      tour = true;
-      for (size_t i = 0; i < w.names.size() && next == w.names.size(); ++i)
-        if (!fresh[i] && wants(i, kTour) && !toured_.count(prefix + w.names[i]) &&
-            used[family_best[w.family[i]]] <= kExplore * used[best])
-          next = i;
-    }
     if (next < w.names.size()) {
       best = next;
       tried = true;
@@ -175,7 +170,6 @@ size_t Tuner::choose(const Shape& s, const Ways& w, std::vector<double>& used, s
   }
   key = prefix + w.names[best];
   if (calibrated) {
-    if (!fresh[best]) toured_.insert(key);
     if (!warmed_.count(key)) {
       rerun_ = key;  // this call warms it, untimed; the next of the class runs it again, timed
     } else if (tried || !fresh[best]) {

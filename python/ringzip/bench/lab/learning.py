@@ -1,0 +1,184 @@
+"""What learning costs a new job: the first calls of one exact all-reduce size, call by call (root).
+
+    python -m ringzip.bench.lab.learning --nproc 3 --net 1gbit --size 48M --calls 30
+    python -m ringzip.bench.lab.learning --ddp 200 --rows ringzip,ringzip:ring,ringzip:tree
+
+Each row is its own launch (fresh processes, as a user's script starts): every rank in its own
+network namespace (ringzip.bench.netem), --calls SUM all-reduces of --size float32, each timed on
+rank 0 between barriers. Rows (--rows): `gloo`; `ringzip` (default options: the tuner chooses);
+`ringzip:ALGO` (a named algorithm: the fixed choices). Rows alternate over --repeat rounds. The
+report (<out-dir>/<stem>.{md,json}) gives every call's time and, per ringzip row, the calls above
+1.5x gloo's median and what the calls above the row's steady state (its median over the last
+third) added to the total. With --ddp STEPS a row is a DDP training run instead (the synthetic
+MLP of `ringzip-bench train`, --hidden wide: its gradient buckets are the calls), each step timed
+on rank 0; the report splits each run's time into steady state (its median step x steps) and the
+rest, and compares the totals with the best fixed row's.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from ..common import cpu_model, default_results_dir, log, parse_net, parse_size
+from ..rank import Events, join, leave, load_spec
+
+
+def _row_options(row: str):
+    import ringzip
+
+    backend, _, algo = row.partition(":")
+    return backend, (ringzip.Options(algorithm=algo) if algo else None)
+
+
+def rank_main(spec_path: str) -> int:
+    import torch
+    import torch.distributed as dist
+
+    import ringzip
+
+    spec = load_spec(spec_path)
+    rank, _, _ = join()
+    backend, opts = _row_options(spec["row"])
+    g = dist.new_group(backend=backend, pg_options=opts)
+    if spec.get("ddp"):
+        return _ddp_rank(spec, g, rank)
+    x = torch.randn(spec["size"] // 4, generator=torch.Generator().manual_seed(rank))
+    events = Events(spec["events"], rank)
+    for i in range(spec["calls"]):
+        buf = x.clone()
+        dist.barrier()
+        t0 = time.perf_counter()
+        dist.all_reduce(buf, group=g)
+        t = time.perf_counter() - t0
+        fields = {}
+        if backend == "ringzip":
+            auto = ringzip.stats(g).get("auto", {})
+            if auto.get("last"):
+                fields = {"way": auto["last"]["way"], "tried": auto["last"]["tried"]}
+        events.write("call", i=i, ms=t * 1e3, **fields)
+    return leave(events)
+
+
+def _ddp_rank(spec, g, rank) -> int:
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from .train import _data, _model
+
+    steps, batch = spec["ddp"], 64
+    x, y = _data(0, rank, steps * batch)
+    model = DDP(_model(spec["hidden"], 0), process_group=g)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    events = Events(spec["events"], rank)
+    dist.barrier()
+    for s in range(steps):
+        t0 = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        torch.nn.functional.cross_entropy(model(x[s * batch:(s + 1) * batch]), y[s * batch:(s + 1) * batch]).backward()
+        opt.step()
+        events.write("call", i=s, ms=(time.perf_counter() - t0) * 1e3)
+    return leave(events)
+
+
+def summarize(calls: list[float], gloo_median: float | None) -> dict:
+    steady = statistics.median(calls[-max(1, len(calls) // 3):])
+    out = {"total_ms": sum(calls), "steady_ms": steady, "median_ms": statistics.median(calls),
+           "excess_over_steady": sum(max(0.0, c - steady) for c in calls) / sum(calls)}
+    if gloo_median:
+        out["above_1_5x_gloo"] = sum(c > 1.5 * gloo_median for c in calls)
+        out["worst_over_gloo"] = max(calls) / gloo_median
+    return out
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("-n", "--nproc", type=int, default=3)
+    p.add_argument("--net", default="1gbit", help="emulated link RATE[,DELAY], one namespace per rank")
+    p.add_argument("--size", default="48M")
+    p.add_argument("--calls", type=int, default=30)
+    p.add_argument("--rows", default="gloo,ringzip,ringzip:ring")
+    p.add_argument("--repeat", type=int, default=2)
+    p.add_argument("--ddp", type=int, default=0, metavar="STEPS", help="rows are DDP runs of this many steps")
+    p.add_argument("--hidden", type=int, default=2048, help="--ddp: the MLP's width (2048: 17 MiB of gradients)")
+    p.add_argument("--out-dir")
+    p.add_argument("--stem", default="learning_n3_net-1gbit")
+    args = p.parse_args(argv)
+
+    from ..launch import Launcher, log_tail
+    from ..netem import open_env
+
+    rate, delay = parse_net(args.net)
+    rows = args.rows.split(",")
+    series: dict[str, list[list[dict]]] = {r: [] for r in rows}
+    with open_env(args.nproc, rate, delay, log=log) as net:
+        for rnd in range(args.repeat):
+            for row in rows:
+                with tempfile.TemporaryDirectory(prefix="ringzip-learning-") as tmp:
+                    spec = {"size": parse_size(args.size), "calls": args.calls, "row": row,
+                            "events": f"{tmp}/events.jsonl", "ddp": args.ddp, "hidden": args.hidden}
+                    Path(f"{tmp}/spec.json").write_text(json.dumps(spec))
+                    calls = []
+                    res = Launcher(args.nproc, Path(tmp), net).run(
+                        "ringzip.bench.lab.learning", ["rank", f"{tmp}/spec.json"], Path(spec["events"]), 600.0,
+                        lambda ev: calls.append(ev) if ev.get("event") == "call" else None)
+                    if not res.ok:
+                        log(f"[learning] {row} failed: {res.reason}\n{log_tail(res.logs)}")
+                        return 1
+                    series[row].append(calls)
+                    log(f"[learning] round {rnd} {row}: " + " ".join(f"{c['ms']:.0f}" for c in calls))
+    return _report(args, rows, series)
+
+
+def _report(args, rows, series) -> int:
+    gloo = [c["ms"] for run in series.get("gloo", []) for c in run]
+    gloo_median = statistics.median(gloo) if gloo else None
+    what = (f"DDP training of the {args.hidden}-wide MLP, {args.ddp} steps of fresh processes" if args.ddp else
+            f"exact SUM all-reduce of {args.size} float32, the first {args.calls} calls of fresh processes")
+    cmd = (f"python -m ringzip.bench.lab.learning -n {args.nproc} --net {args.net} "
+           + (f"--ddp {args.ddp} --hidden {args.hidden}" if args.ddp else f"--size {args.size} --calls {args.calls}")
+           + f" --rows {args.rows} --repeat {args.repeat}")
+    head = (f"{time.strftime('%Y-%m-%d %H:%M')}; CPU {cpu_model()} x {os.cpu_count()}; {args.nproc} ranks, one per "
+            f"emulated machine, {args.net}; {what}; command: {cmd}")
+    lines = ["# What learning costs: the first calls of a fresh job", "", head, "",
+             f"gloo's median: {gloo_median:.0f} ms." if gloo_median else "", "",
+             "| row | run | total (ms) | steady (ms) | calls > 1.5x gloo | worst / gloo | above steady / total |",
+             "|---|---:|---:|---:|---:|---:|---:|"]
+    summary = {}
+    for row in rows:
+        for k, run in enumerate(series[row]):
+            s = summarize([c["ms"] for c in run], gloo_median)
+            summary.setdefault(row, []).append(s)
+            lines.append(f"| {row} | {k} | {s['total_ms']:.0f} | {s['steady_ms']:.0f} | {s.get('above_1_5x_gloo', '')} | "
+                         f"{s.get('worst_over_gloo', 0):.2f} | {100 * s['excess_over_steady']:.1f} % |")
+    fixed = {r: statistics.median(x["total_ms"] for x in summary[r]) for r in rows if ":" in r}
+    if "ringzip" in summary and fixed:
+        best = min(fixed, key=fixed.get)
+        auto = statistics.median(x["total_ms"] for x in summary["ringzip"])
+        summary["auto_over_best_fixed"] = {"best_fixed": best, "ratio": auto / fixed[best]}
+        lines += ["", f"Default options (the tuner) over the best fixed row ({best}), median totals: "
+                  f"{auto / fixed[best]:.3f}."]
+    lines += ["", "Per call (ms; `*`: run to be measured, not chosen by price):", ""]
+    for row in rows:
+        for k, run in enumerate(series[row]):
+            lines.append(f"- {row} run {k}: " + ", ".join(
+                f"{c['ms']:.0f}{'*' if c.get('tried') else ''}{'' if 'way' not in c else ' ' + c['way']}" for c in run))
+    out_dir = Path(args.out_dir) if args.out_dir else default_results_dir()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / f"{args.stem}.md").write_text("\n".join(lines) + "\n")
+    (out_dir / f"{args.stem}.json").write_text(json.dumps(
+        {"header": head, "gloo_median_ms": gloo_median, "summary": summary, "series": series}, indent=1))
+    log(f"[learning] wrote {out_dir / args.stem}.md/.json")
+    return 0
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["rank"]:
+        sys.exit(rank_main(sys.argv[2]))
+    sys.exit(main())
