@@ -122,7 +122,8 @@ class RingzipBackend final : public c10d::Backend {
   CompressionConfig compression() const { return planner_.compression(); }
   Compression& compression_state() { return comp_; }
   // The cost model's measurements and choices (algorithm="auto", codec="auto").
-  Tuner& tuner() { return planner_.tuner(); }
+  Tuner& tuner(Device d) { return planner_.tuner(d); }
+  Planner& planner() { return planner_; }
 
   // ---- device paths (backend/device_path.h) ----------------------------------------------------
   // Once enabled, collectives on tensors of that device type run on its path (CUDA: an internal

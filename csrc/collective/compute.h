@@ -18,6 +18,13 @@ class Compute {
   // device, not before the work queued on it has used it).
   virtual std::shared_ptr<uint8_t> alloc(size_t bytes) = 0;
   virtual void copy(void* dst, const void* src, size_t bytes) = 0;
+  // Between host memory and the compute's: small exchanges (the tuner's agreement) and sample
+  // data. to_host returns once the bytes are there.
+  virtual void to_device(void* dst, const void* host, size_t bytes) { copy(dst, host, bytes); }
+  virtual void to_host(void* host, const void* src, size_t bytes) { copy(host, src, bytes); }
+  // Returns once the work queued so far has run. A device queues kernels and transfers on a
+  // stream and the calling thread returns at once; whoever times a call on it waits here.
+  virtual void sync() {}
   virtual void zero(void* dst, size_t bytes) = 0;
   virtual void reduce_into(DType t, RedOp op, void* acc, const void* in, size_t n) = 0;
   virtual void scale(DType t, void* data, size_t n, double factor) = 0;

@@ -45,6 +45,14 @@ class CudaCompute final : public Compute {
   void copy(void* dst, const void* src, size_t bytes) override {
     if (bytes && dst != src) check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, s_.stream()), "copy");
   }
+  void to_device(void* dst, const void* host, size_t bytes) override {
+    if (bytes) check(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, s_.stream()), "copy to the device");
+  }
+  void to_host(void* host, const void* src, size_t bytes) override {
+    if (bytes) check(cudaMemcpyAsync(host, src, bytes, cudaMemcpyDeviceToHost, s_.stream()), "copy to the host");
+    sync();
+  }
+  void sync() override { check(cudaStreamSynchronize(s_.stream()), "stream synchronize"); }
   void zero(void* dst, size_t bytes) override {
     if (bytes) check(cudaMemsetAsync(dst, 0, bytes, s_.stream()), "zero");
   }

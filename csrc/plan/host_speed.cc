@@ -1,5 +1,5 @@
-// The host kernels' speed, measured once per process (tuner.h): the cost model's codec and
-// reduction terms. 8 MiB of float32 per kernel (beyond the L2 caches: on 1 MiB the kernels ran
+// The kernels' speed (tuner.h): the cost model's codec and reduction terms; the host's measured
+// once per process, a device's through its Compute once per group (the tuner of its calls). 8 MiB of float32 per kernel (beyond the L2 caches: on 1 MiB the kernels ran
 // from cache at 30-45 GB/s, several times what a real call sees), best of two, ~10 ms a codec.
 // Real calls still run slower (ranks share cores, buffers come from DRAM): the tuner scales
 // these by what it measures in them (codec_scale).
@@ -11,20 +11,25 @@
 #include <mutex>
 #include <vector>
 
-#include "plan/tuner.h"
+#include "collective/compute.h"
 #include "collective/reduce.h"
+#include "plan/tuner.h"
 
 namespace ringzip {
 namespace {
 
 constexpr int64_t kElems = 1 << 21;
 
-template <typename F>
-double seconds_per_byte(F f) {
+// `sync` waits for what f queued (a device's kernels run after f returns); the first pass
+// on a device also pays its kernels' loading, so three passes there.
+template <typename F, typename S = void (*)()>
+double seconds_per_byte(F f, S sync = [] {}, int reps = 2) {
   double best = std::numeric_limits<double>::infinity();
-  for (int rep = 0; rep < 2; ++rep) {
+  for (int rep = 0; rep < reps; ++rep) {
+    sync();
     const auto t0 = std::chrono::steady_clock::now();
     f();
+    sync();
     best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
   return std::max(best, 1e-9) / (4.0 * kElems);
@@ -73,6 +78,53 @@ cost::CodecSpeed host_codec_speed(const codec::Spec& s) {
     sp.feedback = seconds_per_byte([&] { codec::encode_feedback(s, x.data(), r.data(), kElems, 0, k, out.data()); });
   }
   cache[key] = sp;
+  return sp;
+}
+
+double device_reduce_speed(Compute& dev) {
+  const std::vector<float> x = sample_data();
+  const size_t bytes = x.size() * sizeof(float);
+  auto a = dev.alloc(bytes), b = dev.alloc(bytes);
+  dev.to_device(a.get(), x.data(), bytes);
+  dev.to_device(b.get(), x.data(), bytes);
+  return seconds_per_byte([&] { dev.reduce_into(DType::F32, RedOp::Sum, a.get(), b.get(), kElems); },
+                          [&] { dev.sync(); }, 3);
+}
+
+cost::CodecSpeed device_codec_speed(Compute& dev, const codec::Spec& s) {
+  const std::vector<float> host = sample_data();
+  const size_t bytes = host.size() * sizeof(float), out_bytes = codec::encoded_bytes(s, kElems);
+  auto x = dev.alloc(bytes), xs = dev.alloc(bytes), acc = dev.alloc(bytes), r = dev.alloc(bytes);
+  auto out = dev.alloc(out_bytes);
+  dev.to_device(x.get(), host.data(), bytes);
+  dev.zero(acc.get(), bytes);
+  dev.zero(r.get(), bytes);
+  auto* xf = reinterpret_cast<float*>(x.get());
+  auto* xsf = reinterpret_cast<float*>(xs.get());
+  auto* accf = reinterpret_cast<float*>(acc.get());
+  auto* rf = reinterpret_cast<float*>(r.get());
+  const codec::RngKey k{0, 0, 0};
+  auto sync = [&] { dev.sync(); };
+  cost::CodecSpeed sp;
+  sp.encode = seconds_per_byte([&] { dev.encode(s, codec::InType::F32, xf, kElems, 0, k, out.get()); }, sync, 3);
+  sp.decode = seconds_per_byte([&] { dev.decode_accumulate(s, out.get(), out_bytes, kElems, 0, k, accf); }, sync, 3);
+  // Error feedback as the schedules run it there: fused where the compute fuses it, else the
+  // encode, its decode and the residual.
+  sp.feedback = seconds_per_byte(
+      [&] {
+        bool finite = false;
+        if (s.kind == codec::Kind::TopK) {
+          dev.copy(xsf, xf, bytes);
+          if (!dev.topk_feedback(s, xsf, rf, kElems, out.get(), finite)) {
+            dev.encode(s, codec::InType::F32, xsf, kElems, 0, k, out.get());
+            dev.decode_residual(s, out.get(), out_bytes, kElems, 0, k, xsf, rf);
+          }
+        } else if (!dev.encode_feedback(s, xf, rf, kElems, 0, k, out.get(), finite)) {
+          dev.encode(s, codec::InType::F32, xf, kElems, 0, k, out.get());
+          dev.decode_residual(s, out.get(), out_bytes, kElems, 0, k, xf, rf);
+        }
+      },
+      sync, 3);
   return sp;
 }
 

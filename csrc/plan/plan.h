@@ -45,6 +45,7 @@ struct Plan {
   const NodeLayout* nodes = nullptr;          // node-aware over these nodes, else flat
   Tuner::Plan choice;                         // the tuner's decision (choice.key empty: none was asked)
   bool observed = false;                      // the call's time goes back to the tuner (Planner::timed)
+  Device device = Device::Host;               // whose tuner chose (Planner::tuner)
 };
 
 // The calling thread's codec for the calls it issues (ringzip.exact(), ringzip.compress(...)):
@@ -82,10 +83,17 @@ class Planner {
   // how long it took.
   template <typename F>
   void timed(Comm& c, const Plan& p, F f) {
-    run_observed(p.observed ? &tuner_ : nullptr, p.choice, c, f);
+    run_observed(p.observed ? &tuner(p.device) : nullptr, p.choice, c, f);
   }
 
-  Tuner& tuner() { return tuner_; }
+  // Each device path's calls have their own tuner: its link (NCCL's, or shared memory and TCP)
+  // and its kernels' speeds are its own.
+  Tuner& tuner(Device d) { return d == Device::Cuda || host_as_device_ ? device_tuner_ : host_tuner_; }
+  const Tuner& tuner(Device d) const { return const_cast<Planner*>(this)->tuner(d); }
+  // Test hook: host calls ask the device tuner, which measures and exchanges through the calls'
+  // Compute as on a GPU (with the loopback's device-branches compute: what a GPU's tuner does,
+  // on the host). Before the first call.
+  void tune_host_as_device(bool on) { host_as_device_ = on; }
 
  private:
   const NodeLayout* node_aware(size_t bytes, bool compressed, HierarchyMode mode) const;
@@ -96,7 +104,8 @@ class Planner {
   AllreduceAlgo algorithm_ = AllreduceAlgo::Auto;
   HierarchyMode hierarchy_ = HierarchyMode::Auto;
   CompressionConfig cc_;
-  Tuner tuner_;
+  Tuner host_tuner_, device_tuner_{true};
+  bool host_as_device_ = false;
 };
 
 }  // namespace ringzip

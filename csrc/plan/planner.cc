@@ -90,6 +90,7 @@ const NodeLayout* Planner::node_aware(size_t bytes, bool compressed, HierarchyMo
 
 Plan Planner::plan(const Call& call) const {
   Plan p;
+  p.device = call.device;
   if (call.kind == CallKind::Broadcast || call.kind == CallKind::Allgather) {
     p.nccl = call.device == Device::Cuda;  // NCCL's own moves the same bytes with no reduction to order
     return p;
@@ -132,7 +133,7 @@ void Planner::settle(Comm& c, const Call& call, Plan& p) {
   if (!p.compressed) {
     if (call.kind != CallKind::Allreduce || p.nccl || p.dense != AllreduceAlgo::Auto) return;
     if (call.device == Device::Host && c.size() > 1) {
-      p.choice = tuner_.dense(c, shape_of(c, call.bytes, false, p.nodes));
+      p.choice = tuner(Device::Host).dense(c, shape_of(c, call.bytes, false, p.nodes));
       p.dense = p.choice.dense;
       p.observed = !p.nodes;  // node-aware calls are not measured (plan/tuner.h)
     } else {
@@ -143,8 +144,8 @@ void Planner::settle(Comm& c, const Call& call, Plan& p) {
   }
   CompressionConfig& run = p.run;
   const Tuner::Shape shape = shape_of(c, f32_bytes(call), reduce_scatter, p.nodes);
-  if (run.autotune && call.device == Device::Host) {
-    p.choice = tuner_.codec(c, shape, run.candidates, run.algorithm, p.dense, run.feedback());
+  if (run.autotune) {  // every device: its tuner measured its own kernels and links
+    p.choice = tuner(call.device).codec(c, shape, run.candidates, run.algorithm, p.dense, run.feedback());
     const CodecCandidate& chosen = run.candidates[p.choice.codec];
     run.autotune = false;
     run.codec = run.named = chosen.name;
@@ -153,7 +154,6 @@ void Planner::settle(Comm& c, const Call& call, Plan& p) {
     run.segment_elems = p.choice.segment_elems;
     p.dense = p.choice.dense;
   } else {
-    // CUDA tensors run the named codec of codec="auto" (the tuner measures host kernels only).
     run = as_named(run);
     run.algorithm = resolve_compressed(run.parsed, run.algorithm);
     // A fixed codec's SRA call is planned too, as the one way of a one-candidate choice: its bits
@@ -165,8 +165,9 @@ void Planner::settle(Comm& c, const Call& call, Plan& p) {
     // on 4 ranks).
     const size_t n = static_cast<size_t>(c.size()), count = static_cast<size_t>(call.numel);
     const bool one_segment = n < 2 || (count + n - 1) / n <= compressed::kSegmentElems;
-    if (call.device == Device::Host && run.algorithm == CompressedAlgo::Sra && !one_segment) {
-      p.choice = tuner_.codec(c, shape, {{run.codec, run.parsed}}, CompressedAlgo::Sra, p.dense, run.feedback());
+    if (run.algorithm == CompressedAlgo::Sra && !one_segment) {
+      p.choice =
+          tuner(call.device).codec(c, shape, {{run.codec, run.parsed}}, CompressedAlgo::Sra, p.dense, run.feedback());
       run.segment_elems = p.choice.segment_elems;
     }
   }

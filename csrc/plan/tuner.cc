@@ -95,34 +95,38 @@ double way_price(const std::deque<double>& w) {
 }
 
 // One ring step (send to the right, receive from the left) of `bytes`; this rank's seconds.
-double ring_step(Comm& c, std::vector<uint8_t>& out, std::vector<uint8_t>& in, size_t bytes, uint32_t step) {
+// The buffers are in the compute's memory (a device's transport moves device memory), and the
+// clock stops once the compute ran what the waits queued.
+double ring_step(Comm& c, uint8_t* out, uint8_t* in, size_t bytes, uint32_t step) {
   const int n = c.size(), right = (c.rank() + 1) % n, left = (c.rank() + n - 1) % n;
   const auto t0 = Clock::now();
-  auto rq = c.post_recv(in.data(), bytes, left, c.tag(step));
-  auto sq = c.post_send(out.data(), bytes, right, c.tag(step));
+  auto rq = c.post_recv(in, bytes, left, c.tag(step));
+  auto sq = c.post_send(out, bytes, right, c.tag(step));
   c.wait(*rq, left, "auto-tuning probe: receive from");
   c.wait(*sq, right, "auto-tuning probe: send to");
+  c.dev.sync();
   return since(t0);
 }
 
 // Every rank sends `bytes` to rank 0, which answers each with 8 bytes once it has all: rank 0's
 // link carries n-1 buffers, and every rank's time ends when rank 0's does.
-double gather_step(Comm& c, std::vector<uint8_t>& out, std::vector<uint8_t>& in, size_t bytes, uint32_t step) {
+double gather_step(Comm& c, uint8_t* out, uint8_t* in, size_t bytes, uint32_t step) {
   const int n = c.size();
   const auto t0 = Clock::now();
   if (c.rank() == 0) {
     std::vector<std::unique_ptr<Request>> q;
-    for (int j = 1; j < n; ++j) q.push_back(c.post_recv(in.data() + (j - 1) * bytes, bytes, j, c.tag(step)));
+    for (int j = 1; j < n; ++j) q.push_back(c.post_recv(in + (j - 1) * bytes, bytes, j, c.tag(step)));
     for (int j = 1; j < n; ++j) c.wait(*q[j - 1], j, "auto-tuning probe: receive from");
     q.clear();
-    for (int j = 1; j < n; ++j) q.push_back(c.post_send(out.data(), 8, j, c.tag(step + 16)));
+    for (int j = 1; j < n; ++j) q.push_back(c.post_send(out, 8, j, c.tag(step + 16)));
     for (int j = 1; j < n; ++j) c.wait(*q[j - 1], j, "auto-tuning probe: send to");
   } else {
-    auto sq = c.post_send(out.data(), bytes, 0, c.tag(step));
-    auto rq = c.post_recv(in.data(), 8, 0, c.tag(step + 16));
+    auto sq = c.post_send(out, bytes, 0, c.tag(step));
+    auto rq = c.post_recv(in, 8, 0, c.tag(step + 16));
     c.wait(*rq, 0, "auto-tuning probe: receive from");
     c.wait(*sq, 0, "auto-tuning probe: send to");
   }
+  c.dev.sync();
   return since(t0);
 }
 
@@ -130,7 +134,9 @@ double gather_step(Comm& c, std::vector<uint8_t>& out, std::vector<uint8_t>& in,
 
 void Tuner::probe(Comm& c) {
   const int n = c.size();
-  std::vector<uint8_t> out(kProbeBytes, 0), in(kProbeBytes * (n - 1));
+  const std::shared_ptr<uint8_t> out_buf = c.dev.alloc(kProbeBytes), in_buf = c.dev.alloc(kProbeBytes * (n - 1));
+  c.dev.zero(out_buf.get(), kProbeBytes);
+  uint8_t *out = out_buf.get(), *in = in_buf.get();
   ring_step(c, out, in, 8, kProbeStep);  // lines the ranks up: the timed rounds start together
   std::deque<double> small, big, gather_small, gather_big;
   for (uint32_t i = 1; i <= 3; ++i) small.push_back(ring_step(c, out, in, 8, kProbeStep + i));
@@ -160,7 +166,7 @@ void Tuner::agree(Comm& c, const std::vector<CodecCandidate>* candidates) {
   const bool model_only = inj && !told_times;
   const double alpha = probe_alpha_ > 0 ? probe_alpha_ : link_.alpha;
   std::vector<double> v = {inj ? inj->first : alpha, inj ? inj->second : least(inv_bw_, link_.inv_bw),
-                           host_reduce_speed(),      least(codec_scale_, 1.0),
+                           reduce_speed(c),          least(codec_scale_, 1.0),
                            model_only ? 1.0 : 0.0,   inj ? 0.0 : least(inv_host_, link_.inv_host),
                            agree_seconds_,           inj ? 0.0 : way_price(call_)};
   constexpr size_t kFixed = 8, kCall = 7;
@@ -173,7 +179,7 @@ void Tuner::agree(Comm& c, const std::vector<CodecCandidate>* candidates) {
   for (size_t i = 0; candidates && i < candidates->size(); ++i) {
     const CodecCandidate& cand = (*candidates)[i];
     if (cand.spec.kind == codec::Kind::None) continue;
-    const cost::CodecSpeed s = host_codec_speed(cand.spec);
+    const cost::CodecSpeed s = codec_speed(c, cand);
     names.push_back(cand.name);
     v.insert(v.end(), {s.encode, s.decode, s.feedback});
   }
@@ -182,14 +188,19 @@ void Tuner::agree(Comm& c, const std::vector<CodecCandidate>* candidates) {
   for (const auto& [key, w] : seconds_) v.insert(v.end(), {way_price(w), static_cast<double>(w.size())});
   const int n = c.size();
   if (n > 1) {  // star: rank 0 combines in rank order and sends its bits to all
+    // Through the compute's memory (a device's transport moves device memory; on the host
+    // these copies are the only cost, a few hundred bytes).
     const size_t bytes = v.size() * sizeof(double);
+    const std::shared_ptr<uint8_t> buf = c.dev.alloc(bytes * static_cast<size_t>(n));
+    uint8_t* mine = buf.get();
     if (c.rank() == 0) {
       std::vector<std::vector<double>> all(n, std::vector<double>(v.size()));
       // Every receive posted before the first wait: over Gloo's TCP a message moves only once
       // its receive is posted, so one at a time the gather took n-1 round trips in turn.
       std::vector<std::unique_ptr<Request>> recvs;
-      for (int j = 1; j < n; ++j) recvs.push_back(c.post_recv(all[j].data(), bytes, j, c.tag(kGatherStep)));
+      for (int j = 1; j < n; ++j) recvs.push_back(c.post_recv(mine + j * bytes, bytes, j, c.tag(kGatherStep)));
       for (int j = 1; j < n; ++j) c.wait(*recvs[j - 1], j, "auto-tuning agreement: receive from");
+      for (int j = 1; j < n; ++j) c.dev.to_host(all[j].data(), mine + j * bytes, bytes);
       all[0] = v;
       for (size_t i = 0; i < v.size(); ++i) {
         // A way's price is its slowest rank's: a call is over when every rank is done. The
@@ -201,14 +212,19 @@ void Tuner::agree(Comm& c, const std::vector<CodecCandidate>* candidates) {
         for (int j = 0; j < n; ++j) sum += all[j][i], most = std::max(most, all[j][i]);
         v[i] = price ? most : sum / n;
       }
+      c.dev.to_device(mine, v.data(), bytes);
       std::vector<std::unique_ptr<Request>> sends;
-      for (int j = 1; j < n; ++j) sends.push_back(c.post_send(v.data(), bytes, j, c.tag(kResultStep)));
+      for (int j = 1; j < n; ++j) sends.push_back(c.post_send(mine, bytes, j, c.tag(kResultStep)));
       for (int j = 1; j < n; ++j) c.wait(*sends[j - 1], j, "auto-tuning agreement: send to");
+      c.dev.sync();
     } else {
-      auto sq = c.post_send(v.data(), bytes, 0, c.tag(kGatherStep));
-      auto rq = c.post_recv(v.data(), bytes, 0, c.tag(kResultStep));
+      uint8_t* agreed = mine + bytes;
+      c.dev.to_device(mine, v.data(), bytes);
+      auto sq = c.post_send(mine, bytes, 0, c.tag(kGatherStep));
+      auto rq = c.post_recv(agreed, bytes, 0, c.tag(kResultStep));
       c.wait(*rq, 0, "auto-tuning agreement: receive from");
       c.wait(*sq, 0, "auto-tuning agreement: send to");
+      c.dev.to_host(v.data(), agreed, bytes);
     }
   }
   std::lock_guard<std::mutex> lock(mu_);
@@ -247,6 +263,19 @@ void Tuner::agree(Comm& c, const std::vector<CodecCandidate>* candidates) {
   since_ = 0;
   predicted_since_ = 0;
   agree_seconds_ = since(t0);
+}
+
+double Tuner::reduce_speed(Comm& c) {
+  if (!device_) return host_reduce_speed();
+  if (device_reduce_ <= 0) device_reduce_ = device_reduce_speed(c.dev);
+  return device_reduce_;
+}
+
+cost::CodecSpeed Tuner::codec_speed(Comm& c, const CodecCandidate& cand) {
+  if (!device_) return host_codec_speed(cand.spec);
+  auto it = device_codecs_.find(cand.name);
+  if (it == device_codecs_.end()) it = device_codecs_.emplace(cand.name, device_codec_speed(c.dev, cand.spec)).first;
+  return it->second;
 }
 
 std::map<std::string, double> Tuner::running_prices() const {
@@ -347,10 +376,13 @@ void Tuner::observe(const Plan& p, double seconds, double codec_seconds) {
 
 void Tuner::learn(const Plan& p, double seconds, double codec_seconds) {
   const cost::Estimate& e = p.est;
+  // A device's kernels run after the host queued them: the Comm's codec clock saw the queueing.
+  // The model's codec time (from the device's measured speeds) stands in; it teaches no scale.
+  if (device_) codec_seconds = e.compute;
   // Codec time of small calls is mostly fixed costs (timers, wake-ups): 16x the kernels' own at
   // 64 KiB, which priced every codec out of the larger calls. Only calls with real codec work teach.
   constexpr double kCodecSample = 1e-3;
-  if (p.codec_raw >= kCodecSample && codec_seconds > 0) push(codec_scale_, codec_seconds / p.codec_raw);
+  if (!device_ && p.codec_raw >= kCodecSample && codec_seconds > 0) push(codec_scale_, codec_seconds / p.codec_raw);
   const double C = p.codec_raw > 0 ? codec_seconds : e.compute;
   if (const auto w = p.teaches_link ? cost::link_sample(e, seconds, codec_seconds, C) : std::nullopt)
     push(w->host ? inv_host_ : inv_bw_, w->seconds_per_byte);  // cost.cc says which calls show the link

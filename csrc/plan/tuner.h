@@ -50,6 +50,12 @@ namespace ringzip {
 
 class Tuner {
  public:
+  // `device`: the tuner of a device path's calls (CUDA): its kernels' speeds are measured
+  // through the calls' Compute, its exchanges run through the compute's memory, and a call's
+  // time is taken once the compute ran it (run_observed).
+  explicit Tuner(bool device = false) : device_(device) {}
+  bool device() const { return device_; }
+
   // A decision and what was predicted for it (observe() compares).
   struct Plan {
     AllreduceAlgo dense = AllreduceAlgo::Ring;  // exact calls
@@ -151,7 +157,10 @@ class Tuner {
   // SRA at 4 MiB priced it 1.35x the compressed ring, which then ran 1.15x slower for 128 calls).
   static constexpr size_t kSamples = 3;
 
-  mutable std::mutex mu_;  // stats() reads from other threads; calls come one at a time
+  const bool device_;
+  double device_reduce_ = 0;                               // device_: measured at the first agreement
+  std::map<std::string, cost::CodecSpeed> device_codecs_;  // device_: per candidate, measured once
+  mutable std::mutex mu_;                                  // stats() reads from other threads; calls come one at a time
   bool probed_ = false, calibrate_ = true;
   uint64_t calls_ = 0, refreshes_ = 0, since_ = 0, explorations_ = 0, tours_ = 0, changes_ = 0;
   double predicted_since_ = 0;
@@ -207,8 +216,10 @@ class Tuner {
 template <typename F>
 void run_observed(Tuner* tuner, const Tuner::Plan& p, Comm& c, F f) {
   const double codec0 = c.codec_seconds;
+  if (tuner) c.dev.sync();  // a device's earlier work is not this call's
   const auto t0 = std::chrono::steady_clock::now();
   f();
+  if (tuner) c.dev.sync();
   if (tuner)
     tuner->observe(p, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
                    c.codec_seconds - codec0);
@@ -218,5 +229,9 @@ void run_observed(Tuner* tuner, const Tuner::Plan& p, Comm& c, F f) {
 // element-wise reduction (seconds per byte) and each codec's passes.
 double host_reduce_speed();
 cost::CodecSpeed host_codec_speed(const codec::Spec& s);
+// The same figures of a device's kernels, measured through its Compute (not cached: the tuner
+// of the device's calls keeps them).
+double device_reduce_speed(Compute& dev);
+cost::CodecSpeed device_codec_speed(Compute& dev, const codec::Spec& s);
 
 }  // namespace ringzip

@@ -37,6 +37,12 @@ class NoGilPtr {
   c10::intrusive_ptr<T> p_;
 };
 
+Device device_of(const std::string& name) {
+  if (name == "cpu") return Device::Host;
+  if (name == "cuda") return Device::Cuda;
+  throw std::invalid_argument("ringzip: device must be 'cpu' or 'cuda', got '" + name + "'");
+}
+
 // stats()["auto"] (python/ringzip/api.py documents the keys).
 py::dict auto_state(const Tuner::Summary& s) {
   py::dict d, params, codecs, last;
@@ -243,17 +249,33 @@ void bind_backend(py::module_& m) {
            })
       .def("reset_stats", [](RingzipBackend& b) { b.compression_state().reset_stats(); })
       // stats()["auto"]: what algorithm="auto" and codec="auto" chose and from which agreed figures.
-      .def("auto_state", [](RingzipBackend& b) { return auto_state(b.tuner().summary()); })
-      // Test hook: this rank's link measurements read as (alpha s/message, inv_bw s/byte); None: measured.
+      // Per device ("cpu" or "cuda"): each device path's calls have their own tuner.
+      .def(
+          "auto_state",
+          [](RingzipBackend& b, const std::string& device) {
+            const Tuner& t = b.tuner(device_of(device));
+            py::dict d = auto_state(t.summary());
+            d["device"] = device;
+            d["kernels"] = t.device() ? "device" : "host";  // where its codec speeds were measured
+            return d;
+          },
+          py::arg("device") = "cpu")
+      // Test hooks (every device's tuner): this rank's link measurements read as (alpha s/message,
+      // inv_bw s/byte), None: measured; a call run one of these ways is recorded as taking these
+      // seconds, {}: measured; host calls tuned as a device's (Planner::tune_host_as_device).
       .def(
           "_tuner_inject",
-          [](RingzipBackend& b, std::optional<std::pair<double, double>> link) { b.tuner().inject(link); },
+          [](RingzipBackend& b, std::optional<std::pair<double, double>> link) {
+            for (Device d : {Device::Host, Device::Cuda}) b.tuner(d).inject(link);
+          },
           py::arg("link"))
-      // Test hook: a call run one of these ways is recorded as taking these seconds; {}: measured.
       .def(
           "_tuner_inject_times",
-          [](RingzipBackend& b, std::map<std::string, double> seconds) { b.tuner().inject_times(std::move(seconds)); },
+          [](RingzipBackend& b, const std::map<std::string, double>& seconds) {
+            for (Device d : {Device::Host, Device::Cuda}) b.tuner(d).inject_times(seconds);
+          },
           py::arg("seconds"))
+      .def("_tune_host_as_device", [](RingzipBackend& b, bool on) { b.planner().tune_host_as_device(on); })
       .def("residual_bytes", [](RingzipBackend& b) { return b.compression_state().residual_bytes(); })
       // (calls, [(last_use, bound, residual), ...] by last use): Compression::State
       .def("error_feedback_state",

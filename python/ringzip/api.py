@@ -63,7 +63,10 @@ def stats(group=None, reset: bool = False) -> dict:
     whether it ran the way to measure it rather than for its price --, segment_elems -- SRA's
     segment length, 0 when the call ran no SRA -- and the predicted seconds
     of every candidate). Under codec="auto" each call is counted under the
-    codec that ran (``none`` for the exact ones)."""
+    codec that ran (``none`` for the exact ones). Each device's calls have their own tuner (its
+    links and kernel speeds): ``auto["device"]`` says whose ("cpu", or "cuda" for a group whose
+    tuned calls were all on CUDA tensors; ``auto["kernels"]``: where its codec speeds were
+    measured); a group that tuned calls on both has the CUDA tensors' under ``auto_cuda``."""
     b = backend_of(group)
     out = {}
     for codec, s in b.stats().items():
@@ -73,9 +76,11 @@ def stats(group=None, reset: bool = False) -> dict:
         out[codec] = s
     out["residual_bytes"] = b.residual_bytes()
     out["topology"] = b.topology()
-    auto = b.auto_state()
-    if auto["calls"]:
-        out["auto"] = auto
+    tuned = [a for a in (b.auto_state("cpu"), b.auto_state("cuda")) if a["calls"]]
+    if tuned:
+        out["auto"] = tuned[0]
+    if len(tuned) == 2:
+        out["auto_cuda"] = tuned[1]
     if reset:
         b.reset_stats()
     return out

@@ -354,6 +354,27 @@ def auto_checks(ctx):
         st = ringzip.stats(da)
         assert st["q4"]["calls"] == 3 and "none" not in st, st  # no call ran exact
         assert set(st.get("auto", {}).get("codec_choices", {})) <= {"q4"}, st["auto"]
+    dv = dist.new_group(pg_options=ringzip.Options(codec="auto", min_numel=0))
+    with chk.case("a_device_tuner_measures_and_agrees_through_the_compute"):
+        # What a CUDA group's tuner does (its kernels timed through the Compute with a sync, its
+        # probe and agreement through the compute's memory), with host calls and host memory.
+        backend_of(dv)._tune_host_as_device(True)
+        seen = []
+        for k, count in enumerate((1 << 12, 1 << 16, 1 << 20) * 4):
+            x = torch.randn(count, generator=torch.Generator().manual_seed(k * 7 + rank))
+            want = sum(torch.randn(count, generator=torch.Generator().manual_seed(k * 7 + r)) for r in range(n))
+            dist.all_reduce(x, group=dv)
+            last = ringzip.stats(dv)["auto"]["last"]
+            seen.append(last["way"])
+            _same_everywhere(_bits(x[:4096]), f"the result of {count} elements")
+            rel = float((x - want).norm() / want.norm())
+            assert rel < (1e-6 if last["choice"] == "none" else 0.4), (last, rel)  # q4 on 4 Ki: ~0.25
+        _same_everywhere(seen, "the ways")
+        auto = ringzip.stats(dv)["auto"]
+        assert auto["kernels"] == "device" and auto["calls"] == 12 and auto["refreshes"] >= 1, auto
+        speeds = auto["params"]["codecs"]
+        assert {"q8", "q4"} <= set(speeds) and all(v["encode_gbyte_s"] > 0 for v in speeds.values()), speeds
+        assert ringzip.stats(e)["auto"]["kernels"] == "host", ringzip.stats(e)["auto"]
     dist.destroy_process_group()
     return chk.result()
 
@@ -361,4 +382,4 @@ def auto_checks(ctx):
 def test_auto_in_process_groups():
     res = mp.run(auto_checks, 3, timeout=240)
     mp.raise_on_failures(mp.merge(res), "codec/algorithm auto")
-    assert len(set().union(*(r["passed"] for r in res))) == 15, [sorted(r["passed"]) for r in res]
+    assert len(set().union(*(r["passed"] for r in res))) == 16, [sorted(r["passed"]) for r in res]

@@ -70,3 +70,19 @@ def test_barrier_on_device_blocks_the_host(group, cases):
 def test_recv_from_any_source_is_refused(group):
     with pytest.raises(ValueError, match="any source"):
         dist.recv(torch.zeros(4, device="cuda"))
+
+
+def test_codec_auto_is_the_tuners_choice_on_cuda(group, cases):
+    # codec="auto" on CUDA tensors: the CUDA calls' own tuner chooses, from the device's kernel
+    # speeds measured through its Compute, and stats() reports it as for CPU calls.
+    g = dist.new_group(backend="ringzip", pg_options=ringzip.Options(codec="auto", min_numel=0))
+    x = torch.randn(1 << 20, device="cuda")
+    want = x.clone()
+    dist.all_reduce(x, group=g)
+    torch.cuda.synchronize()
+    auto = ringzip.stats(g)["auto"]
+    assert auto["device"] == "cuda" and auto["kernels"] == "device" and auto["calls"] == 1, auto
+    speeds = auto["params"]["codecs"]
+    assert "q4" in speeds and speeds["q4"]["encode_gbyte_s"] > 0, speeds
+    rel = float((x - want).norm() / want.norm())
+    assert rel < (1e-6 if auto["last"]["choice"] == "none" else 0.2), (auto["last"], rel)
