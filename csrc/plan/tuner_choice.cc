@@ -28,7 +28,7 @@ constexpr double kExplore = 1.25;
 // and on a slow link those are the calls a new job waits for (3 ranks, 1 Gbit/s, 48 MiB: when
 // every way within 3x was run once, the star and the direct exchange, priced 1.5-3x the ring,
 // ran 5-6 of the first 30 calls at 1.6-3x the ring's time, 20 % of those calls' total;
-// bench/results/learning_n3_net-1gbit.md). So where the model is wrong it is fixed (cost.cc),
+// bench/results/learning_n3_net-1gbit_before.md). So where the model is wrong it is fixed (cost.cc),
 // not explored around.
 constexpr double kCandidate = 1.5;
 // A way measured fewer than kSamples times is measured again only while its price is within

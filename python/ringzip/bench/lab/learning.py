@@ -84,6 +84,10 @@ def _ddp_rank(spec, g, rank) -> int:
         torch.nn.functional.cross_entropy(model(x[s * batch:(s + 1) * batch]), y[s * batch:(s + 1) * batch]).backward()
         opt.step()
         events.write("call", i=s, ms=(time.perf_counter() - t0) * 1e3)
+    if "ringzip" in spec["row"]:
+        import ringzip
+
+        events.write("auto", **ringzip.stats(g).get("auto", {}))
     return leave(events)
 
 
@@ -127,7 +131,8 @@ def main(argv=None) -> int:
                     calls = []
                     res = Launcher(args.nproc, Path(tmp), net).run(
                         "ringzip.bench.lab.learning", ["rank", f"{tmp}/spec.json"], Path(spec["events"]), 600.0,
-                        lambda ev: calls.append(ev) if ev.get("event") == "call" else None)
+                        lambda ev: calls.append(ev) if ev.get("event") == "call" else
+                        log(f"[learning] {row} chose: {ev.get('way_choices')}") if ev.get("event") == "auto" else None)
                     if not res.ok:
                         log(f"[learning] {row} failed: {res.reason}\n{log_tail(res.logs)}")
                         return 1
