@@ -29,7 +29,7 @@ def _stress(tmp_path, *args, timeout=150):
 
 
 def test_p2p_stress_three_ranks(tmp_path):
-    p, res = _stress(tmp_path, "--minutes", "0.33", "--ranks", "3", "--timeout", "40", "--stall", "15")
+    p, res = _stress(tmp_path, "--minutes", "0.1", "--ranks", "3", "--timeout", "40", "--stall", "15")
     assert res["ok"], json.dumps({k: res[k] for k in ("problems", "stall")}, indent=1)
     assert p.returncode == 0
     for r in res["per_rank"]:
