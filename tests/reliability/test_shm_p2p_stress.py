@@ -1,4 +1,4 @@
-"""Point-to-point stress, short: python/ringzip/bench/lab/shm_p2p_stress.py for ~20 s at 3
+"""Point-to-point stress, short: python/ringzip/bench/lab/shm_p2p_stress.py for ~6 s at 3
 ranks (randomized sizes from 0 B to 4 MB, random tags, receives from any source, blocking and
 non-blocking posts, over the group and over the shared-memory transport alone, every byte and
 sender checked). A stall makes the script dump every rank's stacks and fail; they are in the
