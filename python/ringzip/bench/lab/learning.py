@@ -132,7 +132,7 @@ def main(argv=None) -> int:
                     res = Launcher(args.nproc, Path(tmp), net).run(
                         "ringzip.bench.lab.learning", ["rank", f"{tmp}/spec.json"], Path(spec["events"]), 600.0,
                         lambda ev: calls.append(ev) if ev.get("event") == "call" else
-                        log(f"[learning] {row} chose: {ev.get('way_choices')}") if ev.get("event") == "auto" else None)
+                        log(f"[learning] {row} chose: {ev.get('way_choices')}, refreshes {ev.get('refreshes')}") if ev.get("event") == "auto" else None)
                     if not res.ok:
                         log(f"[learning] {row} failed: {res.reason}\n{log_tail(res.logs)}")
                         return 1
