@@ -12,7 +12,6 @@
 #include <vector>
 
 #include "collective/compute.h"
-#include "collective/reduce.h"
 #include "plan/tuner.h"
 
 namespace ringzip {
@@ -48,11 +47,10 @@ std::vector<float> sample_data() {
 
 }  // namespace
 
+// The host's through the same measurement as a device's (HostCompute runs the codec kernels
+// the calls run), once per process.
 double host_reduce_speed() {
-  static const double v = [] {
-    std::vector<float> a = sample_data(), b = sample_data();
-    return seconds_per_byte([&] { reduce_into(DType::F32, RedOp::Sum, a.data(), b.data(), kElems); });
-  }();
+  static const double v = device_reduce_speed(host_compute());
   return v;
 }
 
@@ -61,24 +59,9 @@ cost::CodecSpeed host_codec_speed(const codec::Spec& s) {
   static std::map<std::string, cost::CodecSpeed> cache;
   const std::string key = codec::name(s) + "/" + std::to_string(s.bucket) + "/" + std::to_string(s.stochastic);
   std::lock_guard<std::mutex> lock(mu);
-  if (auto it = cache.find(key); it != cache.end()) return it->second;
-  const std::vector<float> x = sample_data();
-  std::vector<float> acc(kElems, 0.0f), r(kElems, 0.0f), xs = x;
-  std::vector<uint8_t> out(codec::encoded_bytes(s, kElems));
-  const codec::RngKey k{0, 0, 0};
-  cost::CodecSpeed sp;
-  sp.encode = seconds_per_byte([&] { codec::encode(s, codec::InType::F32, x.data(), kElems, 0, k, out.data()); });
-  sp.decode = seconds_per_byte([&] { codec::decode_accumulate(s, out.data(), out.size(), kElems, 0, k, acc.data()); });
-  if (s.kind == codec::Kind::TopK) {
-    sp.feedback = seconds_per_byte([&] {
-      std::copy(x.begin(), x.end(), xs.begin());
-      codec::topk_feedback(s, xs.data(), r.data(), kElems, out.data());
-    });
-  } else {
-    sp.feedback = seconds_per_byte([&] { codec::encode_feedback(s, x.data(), r.data(), kElems, 0, k, out.data()); });
-  }
-  cache[key] = sp;
-  return sp;
+  auto it = cache.find(key);
+  if (it == cache.end()) it = cache.emplace(key, device_codec_speed(host_compute(), s)).first;
+  return it->second;
 }
 
 double device_reduce_speed(Compute& dev) {

@@ -89,7 +89,6 @@ class Planner {
   // Each device path's calls have their own tuner: its link (NCCL's, or shared memory and TCP)
   // and its kernels' speeds are its own.
   Tuner& tuner(Device d) { return d == Device::Cuda || host_as_device_ ? device_tuner_ : host_tuner_; }
-  const Tuner& tuner(Device d) const { return const_cast<Planner*>(this)->tuner(d); }
   // Test hook: host calls ask the device tuner, which measures and exchanges through the calls'
   // Compute as on a GPU (with the loopback's device-branches compute: what a GPU's tuner does,
   // on the host). Before the first call.
