@@ -98,11 +98,11 @@ class RingzipBackend final : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
 
   const Config& config() const { return cfg_; }
-  // Applies every setting or none: the codec is parsed and each value checked first, so a
-  // rejected change leaves the group as it was (set_options).
-  void configure(AllreduceAlgo algorithm, CheckMode check, CompressionConfig cc,
-                 HierarchyMode hierarchy = HierarchyMode::Auto);
-  AllreduceAlgo algorithm() const { return planner_.algorithm(); }
+  // Applies every setting or none: each is parsed and checked first (std::invalid_argument), so
+  // a rejected change leaves the group as it was (set_options).
+  void configure(const GroupOptions& o);
+  // The options applied last (ringzip.get_options reads them).
+  GroupOptions group_options() const { return planner_.settings().options; }
   HierarchyMode hierarchy() const { return planner_.hierarchy(); }
 
   // ---- topology (backend/topology.cc) --------------------------------------------------------
@@ -231,6 +231,7 @@ class RingzipBackend final : public c10d::Backend {
   Transport* p2p_ = nullptr;  // user point-to-point: the wide transport (Gloo), net_ or inside it
   Config cfg_;
   std::atomic<CheckMode> check_{CheckMode::Auto};
+  std::mutex configure_mu_;
   Planner planner_;
   Compression comp_;
   std::atomic<uint64_t> seq_{0};

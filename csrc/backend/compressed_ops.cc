@@ -47,10 +47,11 @@ class Fp16Watch {
 
 }  // namespace
 
-void RingzipBackend::configure(AllreduceAlgo algorithm, CheckMode check, CompressionConfig cc,
-                               HierarchyMode hierarchy) {
-  planner_.configure(algorithm, hierarchy, std::move(cc));
-  check_ = check;
+void RingzipBackend::configure(const GroupOptions& o) {
+  const Settings s = parse(o);
+  std::lock_guard<std::mutex> lock(configure_mu_);  // the planner's settings and check_ change together
+  planner_.configure(s);
+  check_ = s.check;
 }
 
 c10::intrusive_ptr<c10d::Work> RingzipBackend::compressed_work(DevicePath* path, Issue issue_, const at::Tensor& flat,

@@ -57,15 +57,6 @@ const char* first_difference(const Fingerprint& a, const Fingerprint& b) {
 
 }  // namespace
 
-CheckMode parse_check(const std::string& s) {
-  if (s == "on" || s == "1" || s == "true") return CheckMode::On;
-  if (s == "off" || s == "0" || s == "false") return CheckMode::Off;
-  if (s == "auto") return CheckMode::Auto;
-  RZ_CHECK_VALUE(false, "unknown check mode '", s, "' (expected on, auto or off)");
-}
-
-const char* check_name(CheckMode m) { return m == CheckMode::On ? "on" : m == CheckMode::Off ? "off" : "auto"; }
-
 uint32_t Fingerprint::tag_key() const {
   Fingerprint f = *this;
   f.seq = 0;

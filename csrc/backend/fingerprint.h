@@ -15,16 +15,6 @@
 
 namespace ringzip {
 
-// Off: nothing. Auto (default): every call's tags carry a hash of its fingerprint, so
-// mismatched calls never exchange bytes; a call that stalls is diagnosed through the store
-// (backend/mismatch_watch.h) and every rank raises the same message -- no extra message on
-// the data path. On: in addition, the ranks exchange fingerprints before each call (two
-// small-message rounds) and a mismatch is found before anything is posted, which keeps the
-// group usable afterwards.
-enum class CheckMode : uint8_t { Off, On, Auto };
-CheckMode parse_check(const std::string& s);  // "on" / "auto" / "off"
-const char* check_name(CheckMode m);
-
 struct Fingerprint {
   uint32_t magic = 0x525A4631;  // "RZF1"
   uint16_t type = 0;            // c10d::OpType

@@ -20,21 +20,25 @@ namespace ringzip::codec {
 // error-feedback state records it (python/ringzip/api.py).
 constexpr int kCodecVersion = 2;
 
+// The codec settings' defaults (ringzip.Options reads them from here: plan/options.h).
+constexpr int64_t kBucketSize = 512;              // q-codecs: elements per scale
+constexpr int64_t kTopkBlock = int64_t(1) << 20;  // top-k: elements per selection block
+
 enum class Kind { None, Fp16, Bf16, Q8, Q4, Q2, Q1, TopK, RandomK };
 // Element type of the caller's buffer; F16/BF16 are passed as uint16 bit patterns.
 enum class InType { F32, F16, BF16 };
 
 struct Spec {
   Kind kind = Kind::None;
-  int bits = 32;           // bits per element on the wire (q-codecs: 8/4/2/1; casts: 16)
-  double ratio = 1.0;      // topk/randomk: fraction of elements kept
-  int64_t bucket = 512;    // q-codecs: elements per scale
-  bool stochastic = true;  // q8/q4/q2: stochastic (unbiased) vs round-to-nearest
+  int bits = 32;                 // bits per element on the wire (q-codecs: 8/4/2/1; casts: 16)
+  double ratio = 1.0;            // topk/randomk: fraction of elements kept
+  int64_t bucket = kBucketSize;  // q-codecs: elements per scale
+  bool stochastic = true;        // q8/q4/q2: stochastic (unbiased) vs round-to-nearest
 };
 
 // "none","fp16","bf16","q8","q4","q2","q1","topk:R","randomk:R" (0 < R <= 1).
 // Throws std::invalid_argument with a message naming the bad part.
-Spec parse(const std::string& s, int64_t bucket = 512, bool stochastic = true);
+Spec parse(const std::string& s, int64_t bucket = kBucketSize, bool stochastic = true);
 std::string name(const Spec& spec);
 // The fused q8/q4/q2/q1 kernels this process uses: "avx512", "avx2" or "portable" (quantize_fused.h;
 // RINGZIP_QUANT_KERNELS picks one). Throws if that variable names one this CPU cannot run.

@@ -18,9 +18,6 @@ namespace ringzip {
 //       exact all-reduce of the k values every rank selects alike.
 enum class CompressedAlgo { Auto, Ring, Sra, Sparse };
 
-CompressedAlgo parse_compressed_algo(const std::string& s);  // "auto","ring","sra","sparse"
-const char* compressed_algo_name(CompressedAlgo a);
-
 struct CompressedCall {
   codec::Spec spec;
   uint64_t seed = 0;
@@ -36,7 +33,7 @@ struct CompressedCall {
   float* residual = nullptr;
   // top-k selects the k = ratio * len largest within each block of this many elements (the
   // last block may be shorter), so that selection and transfer overlap; 0: the whole tensor.
-  size_t topk_block = size_t(1) << 20;
+  size_t topk_block = codec::kTopkBlock;
   // SRA's segment length in elements (compressed/layout.h); 0: kSegmentElems. The same on every
   // rank (message sizes follow it); the bits of the result do not depend on it.
   size_t segment_elems = 0;

@@ -153,9 +153,10 @@ Estimate ring(const codec::Spec& s, size_t count, int n, const Link& l, const Co
   return combine(latency_units(2 * (n - 1), 2 * (n - 1)), 2 * (n - 1) * enc, compute, 0, l);
 }
 
-// Top-k per block of 2^20 elements, sent to every peer as selected; random-k: an exact
-// all-reduce of the k values.
-Estimate sparse(const codec::Spec& s, size_t count, int n, const Link& l, const CodecSpeed& cs, bool feedback) {
+// Top-k per block of topk_block elements (compressed::topk_blocks), sent to every peer as
+// selected; random-k: an exact all-reduce of the k values.
+Estimate sparse(const codec::Spec& s, size_t count, int n, const Link& l, const CodecSpeed& cs, bool feedback,
+                size_t topk_block) {
   const double S = 4.0 * count, k = static_cast<double>(codec::k_for(s, static_cast<int64_t>(count)));
   const double pass = feedback ? cs.feedback : cs.encode;
   if (s.kind == codec::Kind::RandomK) {
@@ -163,7 +164,7 @@ Estimate sparse(const codec::Spec& s, size_t count, int n, const Link& l, const 
         dense_allreduce(best_dense(static_cast<size_t>(4 * (k + 1)), n, l), static_cast<size_t>(4 * (k + 1)), n, l);
     return combine(e.messages, e.wire_bytes, e.compute + S * (pass + cs.decode), 0, l, e.host_bytes);
   }
-  const double blocks = std::max(1.0, std::min(ceil_div(count, 1 << 20), 4096.0));
+  const double blocks = ceil_div(count, compressed::topk_block_elems(count, topk_block));
   const double payload = static_cast<double>(codec::encoded_bytes(s, static_cast<int64_t>(count)));
   // Selection is a pass over the data; adding n-1 sparse payloads touches 2k elements each.
   const double compute = S * pass + (n - 1) * 8 * k * l.reduce;
@@ -177,10 +178,10 @@ size_t sra_segment_elems(const Estimate& sra) {
 }
 
 Estimate compressed_allreduce(CompressedAlgo a, const codec::Spec& s, size_t count, int n, const Link& l,
-                              const CodecSpeed& cs, bool feedback) {
+                              const CodecSpeed& cs, bool feedback, size_t topk_block) {
   if (n <= 1 || count == 0) return {};
   switch (resolve_compressed(s, a)) {
-    case CompressedAlgo::Sparse: return sparse(s, count, n, l, cs, feedback);
+    case CompressedAlgo::Sparse: return sparse(s, count, n, l, cs, feedback, topk_block);
     case CompressedAlgo::Ring: return ring(s, count, n, l, cs);
     default: return sra(s, count, n, l, cs, feedback, true);
   }

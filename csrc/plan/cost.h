@@ -91,9 +91,10 @@ Estimate dense_allreduce(AllreduceAlgo a, size_t bytes, int n, const Link& l);
 // Exact reduce-scatter (ring) of `bytes` (the whole buffer) over n ranks.
 Estimate dense_reduce_scatter(size_t bytes, int n, const Link& l);
 // Compressed all-reduce of `count` float32 elements with codec s and algorithm a (Ring, Sra or
-// Sparse; Auto: the one resolve_compressed runs). `feedback`: error feedback on.
+// Sparse; Auto: the one resolve_compressed runs). `feedback`: error feedback on; top-k selects
+// per block of `topk_block` elements.
 Estimate compressed_allreduce(CompressedAlgo a, const codec::Spec& s, size_t count, int n, const Link& l,
-                              const CodecSpeed& cs, bool feedback);
+                              const CodecSpeed& cs, bool feedback, size_t topk_block = codec::kTopkBlock);
 // SRA's segment length (elements) for such a call: many segments hide the codec behind the
 // link, but each costs every rank 2(n-1) messages, and over TCP each message costs thread
 // wake-ups that take the codec's cores. So where the model finds the codec, not the link, the
@@ -125,6 +126,7 @@ struct Problem {
   bool feedback = false;
   CompressedAlgo algo = CompressedAlgo::Auto;
   AllreduceAlgo dense = AllreduceAlgo::Auto;
+  size_t topk_block = codec::kTopkBlock;  // GroupOptions::topk_block (0: the whole tensor)
 };
 // The prediction for codec s (kind None: exact, with `dense`) and compressed algorithm a.
 Estimate predict(const codec::Spec& s, CompressedAlgo a, AllreduceAlgo dense, const Problem& p, const Link& l,

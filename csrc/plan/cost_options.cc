@@ -25,7 +25,7 @@ Estimate predict(const codec::Spec& s, CompressedAlgo a, AllreduceAlgo dense, co
     return p.reduce_scatter ? dense_reduce_scatter(p.bytes, p.n, l) : dense_allreduce(dense, p.bytes, p.n, l);
   const size_t count = p.bytes / 4;
   return p.reduce_scatter ? compressed_reduce_scatter(s, count, p.n, l, cs, p.feedback)
-                          : compressed_allreduce(a, s, count, p.n, l, cs, p.feedback);
+                          : compressed_allreduce(a, s, count, p.n, l, cs, p.feedback, p.topk_block);
 }
 
 std::vector<Option> codec_options(const std::vector<codec::Spec>& candidates, const std::vector<CodecSpeed>& speeds,

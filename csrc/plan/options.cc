@@ -1,51 +1,11 @@
 #include "plan/options.h"
 
 #include <stdexcept>
+#include <tuple>
 
-#include "common/check.h"
 #include "plan/cost.h"
 
 namespace ringzip {
-
-AllreduceAlgo parse_algorithm(const std::string& s) {
-  if (s == "auto") return AllreduceAlgo::Auto;
-  if (s == "ring") return AllreduceAlgo::Ring;
-  if (s == "rd" || s == "recursive_doubling") return AllreduceAlgo::RecursiveDoubling;
-  if (s == "direct") return AllreduceAlgo::Direct;
-  if (s == "star") return AllreduceAlgo::Star;
-  if (s == "hd" || s == "halving_doubling") return AllreduceAlgo::HalvingDoubling;
-  if (s == "tree") return AllreduceAlgo::Tree;
-  RZ_CHECK_VALUE(false, "unknown algorithm '", s, "' (expected auto, ring, rd, direct, star, hd or tree)");
-}
-
-const char* algorithm_name(AllreduceAlgo a) {
-  switch (a) {
-    case AllreduceAlgo::Auto: return "auto";
-    case AllreduceAlgo::Ring: return "ring";
-    case AllreduceAlgo::RecursiveDoubling: return "rd";
-    case AllreduceAlgo::Direct: return "direct";
-    case AllreduceAlgo::Star: return "star";
-    case AllreduceAlgo::HalvingDoubling: return "hd";
-    case AllreduceAlgo::Tree: return "tree";
-  }
-  return "?";
-}
-
-HierarchyMode parse_hierarchy(const std::string& s) {
-  if (s == "auto") return HierarchyMode::Auto;
-  if (s == "node") return HierarchyMode::Node;
-  if (s == "flat") return HierarchyMode::Flat;
-  RZ_CHECK_VALUE(false, "unknown hierarchy '", s, "' (expected auto, node or flat)");
-}
-
-const char* hierarchy_name(HierarchyMode m) {
-  switch (m) {
-    case HierarchyMode::Auto: return "auto";
-    case HierarchyMode::Node: return "node";
-    case HierarchyMode::Flat: return "flat";
-  }
-  return "?";
-}
 
 CompressionConfig as_named(CompressionConfig cc) {
   if (!cc.autotune) return cc;
@@ -72,6 +32,42 @@ void parse_codec(CompressionConfig& cc) {
   }
   for (const codec::Spec& c : cost::codec_candidates(cc.parsed))
     cc.candidates.push_back({c.kind == cc.parsed.kind ? cc.named : codec::name(c), c});
+}
+
+Settings parse(const GroupOptions& o) {
+  Settings s;
+  s.options = o;
+  // One name for both families: a name of only one leaves the other on auto.
+  const auto* dense = find_name(kDenseAlgorithms, o.algorithm);
+  const auto* compressed = find_name(kCompressedAlgorithms, o.algorithm);
+  if (!dense && !compressed) {
+    std::string names;
+    for (const auto& n : kDenseAlgorithms) names += std::string(names.empty() ? "" : ", ") + n.name;
+    for (const auto& n : kCompressedAlgorithms)
+      if (!find_name(kDenseAlgorithms, n.name)) names += std::string(", ") + n.name;
+    throw std::invalid_argument("unknown algorithm '" + o.algorithm + "' (expected " + names + ")");
+  }
+  s.algorithm = dense ? dense->value : AllreduceAlgo::Auto;
+  s.hierarchy = parse_name(kHierarchies, o.hierarchy, "hierarchy");
+  s.check = parse_name(kChecks, o.check, "check");
+  parse_name(kTransports, o.transport, "transport");
+  const std::tuple<const char*, int64_t, int64_t> at_least[] = {
+      {"bucket_size", o.bucket_size, 1}, {"min_numel", o.min_numel, 0}, {"topk_block", o.topk_block, 0}};
+  for (const auto& [name, v, least] : at_least)
+    if (v < least)
+      throw std::invalid_argument(std::string(name) + " must be >= " + std::to_string(least) + ", got " +
+                                  std::to_string(v));
+  CompressionConfig& cc = s.cc;
+  cc.codec = o.codec;
+  cc.bucket_size = o.bucket_size;
+  cc.stochastic = parse_name(kRoundings, o.rounding, "rounding");
+  cc.min_numel = o.min_numel;
+  cc.error_feedback = o.error_feedback;
+  cc.seed = o.seed;
+  cc.algorithm = compressed ? compressed->value : CompressedAlgo::Auto;
+  cc.topk_block = o.topk_block;
+  parse_codec(cc);
+  return s;
 }
 
 }  // namespace ringzip

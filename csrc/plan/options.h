@@ -1,8 +1,14 @@
 #pragma once
-// A group's settings as the planner reads them (ringzip.Options, set_options): the all-reduce
-// algorithm, the hierarchy, and the compression settings with their parsed codec.
+// A group's settings: GroupOptions as the user writes them (ringzip.Options is a validated wrapper
+// over this struct, bound field by field in python/bind_options.cc), every setting's names, and
+// Settings, the parsed form the planner and the backend run with.
+//
+// Adding an option: its field and default here (an enumeration's names in a table below), one
+// bound line with its documentation in python/bind_options.cc, and the code that acts on it.
+#include <chrono>
 #include <cstdint>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -12,14 +18,103 @@
 
 namespace ringzip {
 
-AllreduceAlgo parse_algorithm(const std::string& s);
-const char* algorithm_name(AllreduceAlgo a);
+// Below this many elements (256 KiB of float32) compression loses to exact (bench/results).
+constexpr int64_t kMinNumel = 65536;
+
+struct GroupOptions {
+  std::optional<std::chrono::milliseconds> timeout;  // none: the group's
+  std::string algorithm = "auto";                    // dense or compressed: the other family stays auto
+  std::string codec = "none";
+  int64_t bucket_size = codec::kBucketSize;
+  std::string rounding = "stochastic";
+  int64_t min_numel = kMinNumel;
+  int64_t topk_block = codec::kTopkBlock;
+  std::optional<bool> error_feedback;  // none: on for biased codecs
+  uint64_t seed = 0;
+  std::string transport = "auto";  // read where the group is built (python/ringzip/_registry.py)
+  std::string hierarchy = "auto";
+  std::string check = "auto";
+};
 
 // Options(hierarchy=...): node-aware all-reduce / reduce-scatter where the layout allows
 // (auto), forced (node: a warning when it can't), or never (flat).
 enum class HierarchyMode : uint8_t { Auto, Node, Flat };
-HierarchyMode parse_hierarchy(const std::string& s);
-const char* hierarchy_name(HierarchyMode m);
+
+// Options(check=...). Off: nothing. Auto (default): every call's tags carry a hash of its
+// fingerprint, so mismatched calls never exchange bytes; a call that stalls is diagnosed through
+// the store (backend/mismatch_watch.h) and every rank raises the same message -- no extra message
+// on the data path. On: in addition, the ranks exchange fingerprints before each call (two
+// small-message rounds) and a mismatch is found before anything is posted, which keeps the
+// group usable afterwards.
+enum class CheckMode : uint8_t { Off, On, Auto };
+
+enum class TransportMode : uint8_t { Auto, Gloo, Shm };
+
+// ---- every setting's names: the first name of a value is the one it is shown by ----------------
+template <class E>
+struct Named {
+  const char* name;
+  E value;
+};
+
+inline constexpr Named<AllreduceAlgo> kDenseAlgorithms[] = {
+    {"auto", AllreduceAlgo::Auto},
+    {"ring", AllreduceAlgo::Ring},
+    {"rd", AllreduceAlgo::RecursiveDoubling},
+    {"direct", AllreduceAlgo::Direct},
+    {"star", AllreduceAlgo::Star},
+    {"hd", AllreduceAlgo::HalvingDoubling},
+    {"tree", AllreduceAlgo::Tree},
+    {"recursive_doubling", AllreduceAlgo::RecursiveDoubling},
+    {"halving_doubling", AllreduceAlgo::HalvingDoubling},
+};
+inline constexpr Named<CompressedAlgo> kCompressedAlgorithms[] = {
+    {"auto", CompressedAlgo::Auto},
+    {"ring", CompressedAlgo::Ring},
+    {"sra", CompressedAlgo::Sra},
+    {"sparse", CompressedAlgo::Sparse},
+};
+inline constexpr Named<HierarchyMode> kHierarchies[] = {
+    {"auto", HierarchyMode::Auto}, {"node", HierarchyMode::Node}, {"flat", HierarchyMode::Flat}};
+inline constexpr Named<CheckMode> kChecks[] = {
+    {"auto", CheckMode::Auto}, {"on", CheckMode::On}, {"off", CheckMode::Off},   {"1", CheckMode::On},
+    {"true", CheckMode::On},   {"0", CheckMode::Off}, {"false", CheckMode::Off},
+};
+inline constexpr Named<bool> kRoundings[] = {{"stochastic", true}, {"nearest", false}};
+inline constexpr Named<TransportMode> kTransports[] = {
+    {"auto", TransportMode::Auto}, {"gloo", TransportMode::Gloo}, {"shm", TransportMode::Shm}};
+
+template <class E, size_t N>
+const Named<E>* find_name(const Named<E> (&table)[N], const std::string& s) {
+  for (const Named<E>& n : table)
+    if (s == n.name) return &n;
+  return nullptr;
+}
+
+// The value called `s`, or std::invalid_argument listing the names of `what`.
+template <class E, size_t N>
+E parse_name(const Named<E> (&table)[N], const std::string& s, const char* what) {
+  if (const Named<E>* n = find_name(table, s)) return n->value;
+  std::string names;
+  for (const Named<E>& n : table) names += std::string(names.empty() ? "" : ", ") + n.name;
+  throw std::invalid_argument(std::string("unknown ") + what + " '" + s + "' (expected " + names + ")");
+}
+
+template <class E, size_t N>
+const char* name_of(const Named<E> (&table)[N], E v) {
+  for (const Named<E>& n : table)
+    if (n.value == v) return n.name;
+  return "?";
+}
+
+inline AllreduceAlgo parse_algorithm(const std::string& s) { return parse_name(kDenseAlgorithms, s, "algorithm"); }
+inline const char* algorithm_name(AllreduceAlgo a) { return name_of(kDenseAlgorithms, a); }
+inline CompressedAlgo parse_compressed_algo(const std::string& s) {
+  return parse_name(kCompressedAlgorithms, s, "compressed algorithm");
+}
+inline const char* compressed_algo_name(CompressedAlgo a) { return name_of(kCompressedAlgorithms, a); }
+inline const char* hierarchy_name(HierarchyMode m) { return name_of(kHierarchies, m); }
+inline const char* check_name(CheckMode m) { return name_of(kChecks, m); }
 
 // One candidate of codec="auto:<codec>": the spec and the name stats() files it under.
 struct CodecCandidate {
@@ -29,13 +124,13 @@ struct CodecCandidate {
 
 struct CompressionConfig {
   std::string codec = "none";
-  int64_t bucket_size = 512;
+  int64_t bucket_size = codec::kBucketSize;
   bool stochastic = true;
-  int64_t min_numel = 65536;           // 256 KiB of float32: below, compression loses to dense (bench/results)
+  int64_t min_numel = kMinNumel;
   std::optional<bool> error_feedback;  // nullopt: on for biased codecs
   uint64_t seed = 0;
   CompressedAlgo algorithm = CompressedAlgo::Auto;
-  int64_t topk_block = int64_t(1) << 20;  // top-k selects per block of this many elements; 0: whole tensor
+  int64_t topk_block = codec::kTopkBlock;  // top-k selects per block of this many elements; 0: whole tensor
   // Set per call by its plan (Planner::settle): SRA's segments (CompressedCall::segment_elems).
   size_t segment_elems = 0;
   // The rule random-k's exact all-reduce of its values follows (Planner::configure sets the
@@ -64,5 +159,18 @@ CompressionConfig as_named(CompressionConfig cc);
 // Parses cc.codec into parsed / autotune / named / candidates; std::invalid_argument naming the
 // bad part (e.g. "auto:zz").
 void parse_codec(CompressionConfig& cc);
+
+// Options parsed: what the planner and the backend run with (an option read as written needs
+// nothing here but `options`).
+struct Settings {
+  GroupOptions options;  // as written
+  AllreduceAlgo algorithm = AllreduceAlgo::Auto;
+  HierarchyMode hierarchy = HierarchyMode::Auto;
+  CheckMode check = CheckMode::Auto;
+  CompressionConfig cc;  // parsed (parse_codec)
+};
+
+// Parses and checks every field; std::invalid_argument naming the first bad one.
+Settings parse(const GroupOptions& o);
 
 }  // namespace ringzip

@@ -58,15 +58,16 @@ class Planner {
  public:
   explicit Planner(int size);
 
-  // Applies every setting or none (a bad codec string or value throws, the old settings stay).
-  void configure(AllreduceAlgo algorithm, HierarchyMode hierarchy, CompressionConfig cc);
+  // The group's settings for the calls planned from now on (parse() checked them).
+  void configure(const Settings& s);
   // The node of every rank (before the first call).
   void set_layout(NodeLayout layout) { layout_ = std::move(layout); }
   const NodeLayout& layout() const { return layout_; }
 
-  AllreduceAlgo algorithm() const;
-  HierarchyMode hierarchy() const;
-  CompressionConfig compression() const;
+  Settings settings() const;
+  AllreduceAlgo algorithm() const { return settings().algorithm; }
+  HierarchyMode hierarchy() const { return settings().hierarchy; }
+  CompressionConfig compression() const { return settings().cc; }
   // Why calls run flat although hierarchy is not "flat" (empty when they run node-aware).
   std::string flat_reason() const;
 
@@ -100,9 +101,7 @@ class Planner {
   int size_;
   NodeLayout layout_;
   mutable std::mutex mu_;  // the settings: configure() may run while calls are issued
-  AllreduceAlgo algorithm_ = AllreduceAlgo::Auto;
-  HierarchyMode hierarchy_ = HierarchyMode::Auto;
-  CompressionConfig cc_;
+  Settings settings_;
   Tuner host_tuner_, device_tuner_{true};
   bool host_as_device_ = false;
 };

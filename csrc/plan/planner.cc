@@ -47,31 +47,15 @@ void pop_call_codec() {
 
 Planner::Planner(int size) : size_(size), layout_(std::vector<int>(size, 0)) {}
 
-void Planner::configure(AllreduceAlgo algorithm, HierarchyMode hierarchy, CompressionConfig cc) {
-  parse_codec(cc);  // throws on a bad codec string
-  RZ_CHECK_VALUE(cc.bucket_size > 0, "bucket_size must be positive, got ", cc.bucket_size);
-  RZ_CHECK_VALUE(cc.min_numel >= 0, "min_numel must be >= 0, got ", cc.min_numel);
-  RZ_CHECK_VALUE(cc.topk_block >= 0, "topk_block must be >= 0, got ", cc.topk_block);
-  cc.values_rule = &rule_dense;  // every call planned from these settings hands the rule down
+void Planner::configure(const Settings& s) {
   std::lock_guard<std::mutex> lock(mu_);
-  algorithm_ = algorithm;
-  hierarchy_ = hierarchy;
-  cc_ = std::move(cc);
+  settings_ = s;
+  settings_.cc.values_rule = &rule_dense;  // every call planned from these settings hands the rule down
 }
 
-AllreduceAlgo Planner::algorithm() const {
+Settings Planner::settings() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return algorithm_;
-}
-
-HierarchyMode Planner::hierarchy() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return hierarchy_;
-}
-
-CompressionConfig Planner::compression() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return cc_;
+  return settings_;
 }
 
 std::string Planner::flat_reason() const {
@@ -96,10 +80,10 @@ Plan Planner::plan(const Call& call) const {
     return p;
   }
   std::lock_guard<std::mutex> lock(mu_);
-  p.dense = algorithm_;
+  p.dense = settings_.algorithm;
   // A codec the calling thread set for its calls replaces the group's, with the group's other
   // settings (bucket size, rounding, seed, min_numel ...).
-  CompressionConfig cc = cc_;
+  CompressionConfig cc = settings_.cc;
   if (!call_codecs.empty() && call_codecs.back() != cc.codec) {
     cc.codec = call_codecs.back();
     parse_codec(cc);
@@ -113,18 +97,18 @@ Plan Planner::plan(const Call& call) const {
     p.cc = cc.autotune && at::globalContext().deterministicAlgorithms() ? as_named(cc) : cc;
     p.run = p.cc;
     if (call.kind == CallKind::ReduceScatter) p.dense = AllreduceAlgo::Ring;  // the exact reduce-scatter's
-    p.nodes = node_aware(call.bytes, true, hierarchy_);
+    p.nodes = node_aware(call.bytes, true, settings_.hierarchy);
     return p;
   }
   if (call.device == Device::Cuda) {
     // NCCL's own kernel wherever it reduces the op exactly and no algorithm is named (the
     // reduce-scatter and reduce have one schedule each, NCCL's is as good); CUDA's exact calls
     // run flat.
-    const bool named = call.kind == CallKind::Allreduce && algorithm_ != AllreduceAlgo::Auto;
+    const bool named = call.kind == CallKind::Allreduce && settings_.algorithm != AllreduceAlgo::Auto;
     p.nccl = !named && nccl_reduces(call.op, call.dtype);
     return p;
   }
-  if (call.kind != CallKind::Reduce) p.nodes = node_aware(call.bytes, false, hierarchy_);
+  if (call.kind != CallKind::Reduce) p.nodes = node_aware(call.bytes, false, settings_.hierarchy);
   return p;
 }
 
@@ -145,7 +129,9 @@ void Planner::settle(Comm& c, const Call& call, Plan& p) {
   CompressionConfig& run = p.run;
   const Tuner::Shape shape = shape_of(c, f32_bytes(call), reduce_scatter, p.nodes);
   if (run.autotune) {  // every device: its tuner measured its own kernels and links
-    p.choice = tuner(call.device).codec(c, shape, run.candidates, run.algorithm, p.dense, run.feedback());
+    p.choice = tuner(call.device)
+                   .codec(c, shape, run.candidates, run.algorithm, p.dense, run.feedback(),
+                          static_cast<size_t>(run.topk_block));
     const CodecCandidate& chosen = run.candidates[p.choice.codec];
     run.autotune = false;
     run.codec = run.named = chosen.name;

@@ -416,12 +416,11 @@ std::optional<std::pair<double, double>> Tuner::injected() const {
 
 Tuner::Summary Tuner::summary() const {
   std::lock_guard<std::mutex> lock(mu_);
-  Summary s = last_;
+  Summary s = summary_;
   s.calls = calls_;
   s.refreshes = refreshes_;
-  s.link = link_;
-  s.codec_scale = codec_scale_agreed_;
-  s.codecs = codecs_;
+  s.params = {link_, codec_scale_agreed_, codecs_};
+  s.device_kernels = device_;
   s.explorations = explorations_;
   s.tours = tours_;
   s.changes = changes_;

@@ -90,7 +90,7 @@ class Tuner {
   // codec="auto": the candidate to run (exact = candidates[0]); `requested`: the compressed
   // algorithm asked for (Auto: the model's), `dense_requested` likewise for exact calls.
   Plan codec(Comm& c, const Shape& s, const std::vector<CodecCandidate>& candidates, CompressedAlgo requested,
-             AllreduceAlgo dense_requested, bool feedback);
+             AllreduceAlgo dense_requested, bool feedback, size_t topk_block = codec::kTopkBlock);
   // A call ran as `p` planned and took `seconds` (the algorithm alone), `codec_seconds` of it
   // in codec kernels: this rank's samples (agreed at the next refresh).
   void observe(const Plan& p, double seconds, double codec_seconds);
@@ -104,20 +104,26 @@ class Tuner {
   // seconds, whatever its size, instead of its measured time; with inject() too, the model's
   // prices come from the injected link and the calibration from these times. Empty: measured.
   void inject_times(std::map<std::string, double> seconds);
-  // For stats()["auto"]: choices, agreed parameters, the last call's predictions.
+  // stats()["auto"] (bound in python/bind_stats.cc): choices, agreed parameters, the last call's
+  // predictions.
   struct Summary {
     uint64_t calls = 0, refreshes = 0, explorations = 0, tours = 0;
     uint64_t changes = 0;        // lasting changes seen (the running way's price grew 2x: tuner.cc kChange)
     double refresh_seconds = 0;  // agreed: what the last refresh took
     std::map<std::string, uint64_t> codec_choices, algorithm_choices, way_choices;
-    cost::Link link;
-    double codec_scale = 1;
-    std::map<std::string, cost::CodecSpeed> codecs;
-    size_t last_bytes = 0;
-    std::string last_choice, last_way;  // the codec (or dense algorithm), and with its algorithm
-    bool last_tried = false;            // the last call ran its way to measure it (Plan::tried)
-    size_t last_segment_elems = 0;      // its SRA segment length (Plan::segment_elems; 0: not SRA)
-    std::map<std::string, double> last_predicted, last_model;  // seconds per candidate: used / model alone
+    struct Params {
+      cost::Link link;
+      double codec_scale = 1;
+      std::map<std::string, cost::CodecSpeed> codecs;
+    } params;
+    struct Last {
+      size_t bytes = 0;
+      std::string choice, way;                         // the codec (or dense algorithm), and with its algorithm
+      bool tried = false;                              // the call ran its way to measure it (Plan::tried)
+      size_t segment_elems = 0;                        // its SRA segment length (Plan::segment_elems; 0: not SRA)
+      std::map<std::string, double> predicted, model;  // seconds per candidate: used / model alone
+    } last;
+    bool device_kernels = false;  // the codec speeds were measured on the device (Tuner(device))
   };
   Summary summary() const;
 
@@ -208,7 +214,7 @@ class Tuner {
   double refresh_seconds_ = 0;  // agreed: the ranks' mean time of the previous agreement
   std::map<std::string, cost::CodecSpeed> codecs_;
   std::map<std::string, Measured> measured_;
-  Summary last_;
+  Summary summary_;  // its counts and last call (summary() adds the rest)
 };
 
 // Runs f() (the algorithm of a call planned as p) and tells the tuner how long it took and how

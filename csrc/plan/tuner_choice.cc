@@ -217,7 +217,7 @@ Tuner::Plan Tuner::dense(Comm& c, const Shape& s) {
 }
 
 Tuner::Plan Tuner::codec(Comm& c, const Shape& s, const std::vector<CodecCandidate>& candidates,
-                         CompressedAlgo requested, AllreduceAlgo dense_requested, bool feedback) {
+                         CompressedAlgo requested, AllreduceAlgo dense_requested, bool feedback, size_t topk_block) {
   maybe_refresh(c, &candidates);
   std::vector<codec::Spec> specs;
   std::vector<cost::CodecSpeed> speeds;
@@ -225,7 +225,7 @@ Tuner::Plan Tuner::codec(Comm& c, const Shape& s, const std::vector<CodecCandida
     specs.push_back(cand.spec);
     speeds.push_back(cand.spec.kind == codec::Kind::None ? cost::CodecSpeed{} : scaled(cand.name));
   }
-  const cost::Problem prob{s.bytes, s.n, s.reduce_scatter, feedback, requested, dense_requested};
+  const cost::Problem prob{s.bytes, s.n, s.reduce_scatter, feedback, requested, dense_requested, topk_block};
   const std::vector<cost::Option> opts = cost::codec_options(specs, speeds, prob, link_);
   Ways w;
   for (const cost::Option& o : opts) {
@@ -278,15 +278,9 @@ void Tuner::chose(const Plan& p, const std::string& choice, bool dense, std::map
   predicted_since_ += p.predicted;
   std::lock_guard<std::mutex> lock(mu_);
   ++calls_;
-  ++(dense ? last_.algorithm_choices : last_.codec_choices)[choice];
-  ++last_.way_choices[p.way];
-  last_.last_bytes = p.bytes;
-  last_.last_choice = choice;
-  last_.last_way = p.way;
-  last_.last_tried = p.tried;
-  last_.last_segment_elems = p.segment_elems;
-  last_.last_predicted = std::move(used);
-  last_.last_model = std::move(model);
+  ++(dense ? summary_.algorithm_choices : summary_.codec_choices)[choice];
+  ++summary_.way_choices[p.way];
+  summary_.last = {p.bytes, choice, p.way, p.tried, p.segment_elems, std::move(used), std::move(model)};
 }
 
 }  // namespace ringzip

@@ -43,44 +43,6 @@ Device device_of(const std::string& name) {
   throw std::invalid_argument("ringzip: device must be 'cpu' or 'cuda', got '" + name + "'");
 }
 
-// stats()["auto"] (python/ringzip/api.py documents the keys).
-py::dict auto_state(const Tuner::Summary& s) {
-  py::dict d, params, codecs, last;
-  d["calls"] = s.calls;
-  d["refreshes"] = s.refreshes;
-  d["explorations"] = s.explorations;
-  d["tours"] = s.tours;
-  d["changes"] = s.changes;  // lasting changes seen: a size class's other prices moved with its running way's
-  d["refresh_s"] = s.refresh_seconds;
-  d["codec_choices"] = s.codec_choices;
-  d["algorithm_choices"] = s.algorithm_choices;
-  d["way_choices"] = s.way_choices;  // the codec or dense algorithm with the algorithm it ran
-  params["alpha_s"] = s.link.alpha;
-  params["call_s"] = s.link.call;
-  params["link_gbit"] = s.link.inv_bw > 0 ? 8e-9 / s.link.inv_bw : 0.0;
-  params["host_gbit"] = s.link.inv_host > 0 ? 8e-9 / s.link.inv_host : 0.0;  // per rank, the host's copies
-  params["reduce_gbyte_s"] = s.link.reduce > 0 ? 1e-9 / s.link.reduce : 0.0;
-  params["codec_scale"] = s.codec_scale;
-  for (const auto& [name, c] : s.codecs) {
-    py::dict e;
-    e["encode_gbyte_s"] = 1e-9 / c.encode;
-    e["decode_gbyte_s"] = 1e-9 / c.decode;
-    e["feedback_gbyte_s"] = 1e-9 / c.feedback;
-    codecs[py::str(name)] = e;
-  }
-  params["codecs"] = codecs;
-  d["params"] = params;
-  last["bytes"] = s.last_bytes;
-  last["choice"] = s.last_choice;
-  last["way"] = s.last_way;
-  last["tried"] = s.last_tried;                  // run to measure the way (exploration, tour), not for its price
-  last["segment_elems"] = s.last_segment_elems;  // SRA's segment length (0: not SRA)
-  last["predicted_s"] = s.last_predicted;        // what the choice used: measured where it could
-  last["model_s"] = s.last_model;                // the model alone
-  d["last"] = last;
-  return d;
-}
-
 // The shared-memory transport among the ranks of this rank's node, or nullptr with `why`. The
 // ranks of the node agree through the store: shared memory is used only where every one of them
 // set it up (a rank that routed to a peer over shared memory while the peer used Gloo would
@@ -138,12 +100,12 @@ void bind_backend(py::module_& m) {
                                                std::chrono::milliseconds timeout, const std::string& name,
                                                const RingzipBackend& parent) -> c10::intrusive_ptr<c10d::Backend> {
           py::gil_scoped_acquire gil;
-          py::object child = (*fn)(store, rank, size, timeout, name, reinterpret_cast<uintptr_t>(&parent));
+          py::object child = (*fn)(store, rank, size, timeout, name, parent.group_options());
           return c10::intrusive_ptr<c10d::Backend>::reclaim_copy(child.cast<RingzipBackend*>());
         });
       },
       py::arg("build"),
-      "the builder of split()'s child backends: (store, rank, size, timeout, group_name, parent identity)");
+      "the builder of split()'s child backends: (store, rank, size, timeout, group_name, the parent's options)");
   py::class_<RingzipBackend, c10d::Backend, NoGilPtr<RingzipBackend>>(m, "RingzipBackend")
       .def(py::init([](const c10::intrusive_ptr<c10d::Backend>& gloo, std::chrono::milliseconds timeout,
                        const std::string& group_name) {
@@ -159,45 +121,16 @@ void bind_backend(py::module_& m) {
       // Every option at once (ringzip.set_options): all are parsed and checked before any applies.
       .def(
           "configure",
-          [](RingzipBackend& b, const std::string& algorithm, const std::string& check, const std::string& codec,
-             int64_t bucket_size, bool stochastic, int64_t min_numel, std::optional<bool> error_feedback, uint64_t seed,
-             const std::string& compressed_algorithm, int64_t topk_block, const std::string& hierarchy) {
-            CompressionConfig cc;
-            cc.codec = codec;
-            cc.bucket_size = bucket_size;
-            cc.stochastic = stochastic;
-            cc.min_numel = min_numel;
-            cc.error_feedback = error_feedback;
-            cc.seed = seed;
-            cc.topk_block = topk_block;
+          [](RingzipBackend& b, const GroupOptions& o) {
             try {
-              cc.algorithm = parse_compressed_algo(compressed_algorithm);
-              b.configure(parse_algorithm(algorithm), parse_check(check), std::move(cc), parse_hierarchy(hierarchy));
+              b.configure(o);
             } catch (const std::invalid_argument& e) {
-              throw py::value_error(std::string("ringzip: ") + e.what());
+              throw py::value_error(std::string("ringzip.Options: ") + e.what());
             }
           },
-          py::arg("algorithm"), py::arg("check"), py::arg("codec"), py::arg("bucket_size"), py::arg("stochastic"),
-          py::arg("min_numel"), py::arg("error_feedback"), py::arg("seed"), py::arg("compressed_algorithm"),
-          py::arg("topk_block"), py::arg("hierarchy") = "auto")
-      // What the C++ side applies (tests read it to see that a rejected change left it as it was).
-      .def("settings",
-           [](const RingzipBackend& b) {
-             const CompressionConfig cc = b.compression();
-             py::dict d;
-             d["algorithm"] = algorithm_name(b.algorithm());
-             d["check"] = check_name(b.check_mode());
-             d["codec"] = cc.codec;
-             d["bucket_size"] = cc.bucket_size;
-             d["stochastic"] = cc.stochastic;
-             d["min_numel"] = cc.min_numel;
-             d["error_feedback"] = cc.error_feedback;
-             d["seed"] = cc.seed;
-             d["compressed_algorithm"] = std::string(compressed_algo_name(cc.algorithm));
-             d["topk_block"] = cc.topk_block;
-             d["hierarchy"] = hierarchy_name(b.hierarchy());
-             return d;
-           })
+          py::arg("options"))
+      // What the C++ side applied last (ringzip.get_options reads it).
+      .def("group_options", &RingzipBackend::group_options)
       // The node of every rank (ringzip._registry computes it from the ranks' node keys) and,
       // with `shm_store`, a shared-memory transport among this rank's node (local_transport).
       // Returns why shared memory is not used ("" when it is, or was not asked for).
@@ -230,35 +163,13 @@ void bind_backend(py::module_& m) {
              return d;
            })
       .def("compression_feedback", [](const RingzipBackend& b) { return b.compression().feedback(); })
-      .def("stats",
-           [](RingzipBackend& b) {
-             py::dict out;
-             for (const auto& [name, s] : b.compression_state().stats()) {
-               py::dict d;
-               d["calls"] = s.calls;
-               d["bytes_in"] = s.bytes_in;
-               d["bytes_wire"] = s.bytes_sent;
-               d["bytes_dense_equiv"] = s.bytes_dense_equiv;
-               d["codec_seconds"] = s.codec_seconds;
-               d["total_seconds"] = s.total_seconds;
-               if (name == "fp16") d["overflows"] = s.overflows;
-               d["bytes_intra_node"] = s.bytes_intra_node;
-               out[py::str(name)] = d;
-             }
-             return out;
-           })
+      .def("stats", [](RingzipBackend& b) { return b.compression_state().stats(); })
       .def("reset_stats", [](RingzipBackend& b) { b.compression_state().reset_stats(); })
       // stats()["auto"]: what algorithm="auto" and codec="auto" chose and from which agreed figures.
       // Per device ("cpu" or "cuda"): each device path's calls have their own tuner.
       .def(
           "auto_state",
-          [](RingzipBackend& b, const std::string& device) {
-            const Tuner& t = b.tuner(device_of(device));
-            py::dict d = auto_state(t.summary());
-            d["device"] = device;
-            d["kernels"] = t.device() ? "device" : "host";  // where its codec speeds were measured
-            return d;
-          },
+          [](RingzipBackend& b, const std::string& device) { return b.tuner(device_of(device)).summary(); },
           py::arg("device") = "cpu")
       // Test hooks (every device's tuner): this rank's link measurements read as (alpha s/message,
       // inv_bw s/byte), None: measured; a call run one of these ways is recorded as taking these
@@ -294,7 +205,6 @@ void bind_backend(py::module_& m) {
            })
       .def("release_error_feedback",
            [](RingzipBackend& b, const std::vector<at::Tensor>& tensors) { b.compression_state().release(tensors); })
-      .def_property_readonly("identity", [](const RingzipBackend& b) { return reinterpret_cast<uintptr_t>(&b); })
       .def_property_readonly("timeout", [](const RingzipBackend& b) { return b.config().timeout; })
       .def_property_readonly("transport", [](const RingzipBackend&) { return std::string("gloo"); });
 }

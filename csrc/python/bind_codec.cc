@@ -155,22 +155,23 @@ at::Tensor topk_feedback(const std::string& spec, at::Tensor& x, at::Tensor& r) 
 void bind_codec(py::module_& m) {
   py::module_ c = m.def_submodule("codec", "ringzip codec kernels (CPU); see docs/wire-format.md");
   using namespace py::literals;
-  c.def("encode", &encode, "spec"_a, "x"_a, "seed"_a, "seq"_a, "stream"_a, "elem_offset"_a = 0, "bucket"_a = 512,
-        "stochastic"_a = true, "out"_a = py::none(),
+  c.def("encode", &encode, "spec"_a, "x"_a, "seed"_a, "seq"_a, "stream"_a, "elem_offset"_a = 0,
+        "bucket"_a = cd::kBucketSize, "stochastic"_a = true, "out"_a = py::none(),
         "Encode x (float32/float16/bfloat16, contiguous) -> uint8 payload (into `out` when given).");
   c.def("decode", &decode, "spec"_a, "payload"_a, "n"_a, "seed"_a, "seq"_a, "stream"_a, "elem_offset"_a = 0,
-        "bucket"_a = 512, "Decode a payload of n elements -> float32 tensor.");
+        "bucket"_a = cd::kBucketSize, "Decode a payload of n elements -> float32 tensor.");
   c.def("decode_accumulate", &decode_accumulate, "spec"_a, "payload"_a, "acc"_a, "seed"_a, "seq"_a, "stream"_a,
-        "elem_offset"_a = 0, "bucket"_a = 512, "acc += decode(payload), acc float32 contiguous (in place).");
+        "elem_offset"_a = 0, "bucket"_a = cd::kBucketSize,
+        "acc += decode(payload), acc float32 contiguous (in place).");
   c.def("decode_add_encode", &decode_add_encode, "spec"_a, "payload"_a, "local"_a, "seed"_a, "seq"_a, "dec_stream"_a,
-        "enc_stream"_a, "elem_offset"_a = 0, "bucket"_a = 512, "stochastic"_a = true, "out"_a = py::none(),
+        "enc_stream"_a, "elem_offset"_a = 0, "bucket"_a = cd::kBucketSize, "stochastic"_a = true, "out"_a = py::none(),
         "encode(decode(payload) + local), keys (seed, seq, dec_stream) and (seed, seq, enc_stream).");
   c.def("encode_feedback", &encode_feedback, "spec"_a, "x"_a, "r"_a, "seed"_a, "seq"_a, "stream"_a, "elem_offset"_a = 0,
-        "bucket"_a = 512, "stochastic"_a = true,
+        "bucket"_a = cd::kBucketSize, "stochastic"_a = true,
         "Error feedback on an encode: payload = encode(x + r), then r = x + r - decode(payload) in place; "
         "returns (payload, whether r is finite).");
   c.def("residual", &residual, "spec"_a, "payload"_a, "x"_a, "seed"_a, "seq"_a, "stream"_a, "elem_offset"_a = 0,
-        "bucket"_a = 512,
+        "bucket"_a = cd::kBucketSize,
         "Error feedback: r = x - decode(payload), payload being x's encoding; returns (r, whether r is known "
         "to be finite).");
   c.def("topk_feedback", &topk_feedback, "spec"_a, "x"_a, "r"_a,
@@ -181,7 +182,7 @@ void bind_codec(py::module_& m) {
         if (n < 0) bad("n must be >= 0");
         return cd::encoded_bytes(cd::parse(spec, bucket, true), n);
       },
-      "spec"_a, "n"_a, "bucket"_a = 512);
+      "spec"_a, "n"_a, "bucket"_a = cd::kBucketSize);
   c.def(
       "k_for", [](const std::string& spec, int64_t n) { return cd::k_for(cd::parse(spec, 512, true), n); }, "spec"_a,
       "n"_a);

@@ -85,12 +85,12 @@ void bind_cost(py::module_& m) {
       },
       py::arg("codec"), py::arg("algorithm"), py::arg("bytes"), py::arg("n"), py::arg("alpha"), py::arg("inv_bw"),
       py::arg("reduce"), py::arg("speed"), py::arg("feedback") = false, py::arg("reduce_scatter") = false,
-      py::arg("bucket") = 512);
+      py::arg("bucket") = codec::kBucketSize);
   c.def(
       "sra_segment_elems",
       [](const std::string& codec, size_t bytes, int n, double alpha, double inv_bw, const Speeds& speed, bool feedback,
          bool reduce_scatter) {
-        const CompressionConfig cc = parsed(codec, 512);
+        const CompressionConfig cc = parsed(codec, codec::kBucketSize);
         const cost::Problem p{bytes, n, reduce_scatter, feedback, CompressedAlgo::Sra, AllreduceAlgo::Ring};
         return cost::sra_segment_elems(
             cost::predict(cc.spec(), CompressedAlgo::Sra, AllreduceAlgo::Ring, p, {alpha, inv_bw}, speed_of(speed)));
@@ -127,7 +127,7 @@ void bind_cost(py::module_& m) {
       "candidates",
       [](const std::string& setting) {
         std::vector<std::string> out;
-        for (const auto& cand : parsed(setting, 512).candidates) out.push_back(cand.name);
+        for (const auto& cand : parsed(setting, codec::kBucketSize).candidates) out.push_back(cand.name);
         return out;
       },
       py::arg("codec"), "the candidates of a codec='auto...' setting, exact first; [] for a fixed codec");
@@ -138,7 +138,7 @@ void bind_cost(py::module_& m) {
       "choose_codec",
       [](const std::string& setting, size_t bytes, int n, double alpha, double inv_bw, double reduce,
          const std::map<std::string, Speeds>& speeds, bool feedback, bool reduce_scatter) {
-        const CompressionConfig cc = parsed(setting, 512);
+        const CompressionConfig cc = parsed(setting, codec::kBucketSize);
         std::vector<codec::Spec> specs;
         std::vector<cost::CodecSpeed> cs;
         for (const auto& cand : cc.candidates) {
@@ -170,7 +170,8 @@ void bind_cost(py::module_& m) {
         const cost::CodecSpeed s = host_codec_speed(parsed(codec, bucket).spec());
         return std::make_tuple(s.encode, s.decode, s.feedback);
       },
-      py::arg("codec"), py::arg("bucket") = 512, "(encode, decode, feedback) seconds per input byte, cached");
+      py::arg("codec"), py::arg("bucket") = codec::kBucketSize,
+      "(encode, decode, feedback) seconds per input byte, cached");
   c.def("host_reduce_speed", &host_reduce_speed, "seconds per byte of a float32 sum, cached");
 }
 

@@ -14,6 +14,7 @@
 #include "backend/tensors.h"
 #include "collective/algorithms.h"
 #include "plan/cost.h"
+#include "plan/options.h"
 #include "collective/compressed.h"
 #include "collective/hierarchy/hierarchy.h"
 #include "python/bindings.h"
@@ -361,9 +362,9 @@ void bind_loopback(py::module_& m) {
                           segment_elems, Run{mode, seq, timeout_ms, nodes, routed, compute});
       },
       "op"_a, "inputs"_a, "codec"_a, "mode"_a = "eager", "algorithm"_a = "auto", "seed"_a = 0, "rng_seq"_a = 0,
-      "seq"_a = 0, "topk_block"_a = size_t(1) << 20, "bucket"_a = 512, "rounding"_a = "stochastic",
-      "residuals"_a = py::none(), "timeout_ms"_a = 60000, "nodes"_a = py::none(), "routed"_a = false,
-      "segment_elems"_a = 0, "compute"_a = "host",
+      "seq"_a = 0, "topk_block"_a = size_t(codec::kTopkBlock), "bucket"_a = codec::kBucketSize,
+      "rounding"_a = "stochastic", "residuals"_a = py::none(), "timeout_ms"_a = 60000, "nodes"_a = py::none(),
+      "routed"_a = false, "segment_elems"_a = 0, "compute"_a = "host",
       "Compressed SUM of float32 inputs (op allreduce or reduce_scatter) with a codec string, algorithm\n"
       "(auto, ring, sra, sparse), seed, rng_seq (CompressedCall.rng_seq), bucket, rounding (stochastic or\n"
       "nearest), topk_block, optional error-feedback residuals (one per rank) and nodes (the node of every rank:\n"

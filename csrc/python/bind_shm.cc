@@ -122,7 +122,7 @@ void bind_shm(py::module_& m) {
         at::Tensor c = checked(t);
         if (c.scalar_type() != at::kFloat) throw std::invalid_argument("shm_compressed_allreduce: float32 only");
         CompressedCall call;
-        call.spec = codec::parse(codec, 512, true);
+        call.spec = codec::parse(codec, codec::kBucketSize, true);
         call.seed = seed;
         call.rng_seq = seq;
         call.algo = resolve_compressed(call.spec, parse_compressed_algo(algorithm));
@@ -133,7 +133,7 @@ void bind_shm(py::module_& m) {
       "transport"_a, "tensor"_a, "codec"_a, "algorithm"_a = "auto", "seed"_a = 0, "seq"_a = 0,
       "timeout_s"_a = py::none(),
       "In-place compressed SUM all-reduce of a float32 CPU tensor (codec string as in ringzip.loopback.compressed,\n"
-      "bucket 512, stochastic rounding) over the transport.");
+      "the default bucket size, stochastic rounding) over the transport.");
 }
 
 }  // namespace ringzip

@@ -8,6 +8,8 @@ PYBIND11_MODULE(_C, m) {
   // torch's pybind types (Store, Backend, Work) must be registered before ours refer to them.
   pybind11::module_::import("torch.distributed");
   ringzip::bind_codec(m);
+  ringzip::bind_options(m);  // ringzip._C.Options: what ringzip.Options wraps
+  ringzip::bind_stats(m);    // the structs stats() returns
   ringzip::bind_backend(m);
   ringzip::bind_cost(m);      // ringzip._C.cost: the cost model's pure functions
   ringzip::bind_loopback(m);  // ringzip._C.loopback: the in-process test fixture

@@ -35,7 +35,7 @@ inline void check_feedback_args(const char* module, const at::Tensor& x, const a
 }
 
 inline codec::Spec topk_spec(const char* module, const std::string& spec) {
-  codec::Spec sp = codec::parse(spec, 512, true);
+  codec::Spec sp = codec::parse(spec, codec::kBucketSize, true);
   if (sp.kind != codec::Kind::TopK) bad(module, "topk_feedback needs a topk:R codec, got '" + spec + "'");
   return sp;
 }

@@ -11,31 +11,14 @@ import torch.distributed as dist
 from torch.distributed import PrefixStore
 
 from . import _C, _topology
-from .options import Options, compressed_algorithm, dense_algorithm
+from .options import Options
 
 log = logging.getLogger("ringzip")
 
-# Current Options per backend (keyed by the C++ object: torch may hand out a fresh Python
-# wrapper for the same backend, e.g. torch 2.11). The C++ side holds the applied values.
-_options: "dict[int, Options]" = {}
-
-
 def apply_options(backend: "_C.RingzipBackend", opts: Options) -> None:
-    """Applies every field or none: the C++ side checks them all before it changes anything."""
-    backend.configure(
-        algorithm=dense_algorithm(opts.algorithm),
-        check=opts.check,
-        codec=opts.codec,
-        bucket_size=opts.bucket_size,
-        stochastic=opts.rounding == "stochastic",
-        min_numel=opts.min_numel,
-        error_feedback=opts.error_feedback,
-        seed=opts.seed,
-        compressed_algorithm=compressed_algorithm(opts.algorithm),
-        topk_block=opts.topk_block,
-        hierarchy=opts.hierarchy,
-    )
-    _options[backend.identity] = opts
+    """Applies every field or none: the C++ side checks them all before it changes anything, and
+    holds what it applied (options_of reads it back)."""
+    backend.configure(opts._as_c())  # noqa: SLF001
     topo = backend.topology()
     log.info("ringzip rank %d of a group: %s, %s, transport %s", backend.rank(), topo["layout"],
              "node-aware" if topo["node_aware"] else f"flat ({topo['flat_reason']})", topo["transport"])
@@ -108,10 +91,10 @@ def create_backend(dist_opts, pg_options):
     return _build(dist_opts.store, dist_opts.group_rank, dist_opts.group_size, timeout, str(dist_opts.group_id), opts)
 
 
-def _split(store, rank: int, size: int, timeout: timedelta, group_name: str, parent: int):
+def _split(store, rank: int, size: int, timeout: timedelta, group_name: str, parent: "_C.Options"):
     """The child of RingzipBackend::split (dist.split_group, DeviceMesh on a device-bound group):
     built as a new group is, with the parent's options."""
-    opts = _options.get(parent) or Options.from_env()
+    opts = Options._from_c(parent)  # noqa: SLF001
     return _build(store, rank, size, opts.timeout if opts.timeout is not None else timeout, group_name, opts)
 
 
@@ -174,4 +157,4 @@ def backend_of(group=None) -> "_C.RingzipBackend":
 
 
 def options_of(group=None) -> Options:
-    return _options[backend_of(group).identity]
+    return Options._from_c(backend_of(group).group_options())  # noqa: SLF001

@@ -70,13 +70,16 @@ def stats(group=None, reset: bool = False) -> dict:
     b = backend_of(group)
     out = {}
     for codec, s in b.stats().items():
-        s = dict(s)
+        s = _plain(s)
+        if codec != "fp16":
+            del s["overflows"]  # only fp16's casts overflow
         s["ratio"] = s["bytes_dense_equiv"] / s["bytes_wire"] if s["bytes_wire"] else float("nan")
         s["transport_seconds"] = max(0.0, s["total_seconds"] - s["codec_seconds"])
         out[codec] = s
     out["residual_bytes"] = b.residual_bytes()
     out["topology"] = b.topology()
-    tuned = [a for a in (b.auto_state("cpu"), b.auto_state("cuda")) if a["calls"]]
+    tuned = [{**_plain(b.auto_state(d)), "device": d} for d in ("cpu", "cuda")]
+    tuned = [a for a in tuned if a["calls"]]
     if tuned:
         out["auto"] = tuned[0]
     if len(tuned) == 2:
@@ -84,6 +87,15 @@ def stats(group=None, reset: bool = False) -> dict:
     if reset:
         b.reset_stats()
     return out
+
+
+def _plain(v):
+    """A bound C++ struct (csrc/python/bind_stats.cc) as plain dicts, by its bound names."""
+    if isinstance(v, dict):
+        return {k: _plain(x) for k, x in v.items()}
+    if type(v).__module__.startswith("ringzip"):
+        return {k: _plain(getattr(v, k)) for k, p in vars(type(v)).items() if isinstance(p, property)}
+    return v
 
 
 STATE_VERSION = 2

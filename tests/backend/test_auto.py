@@ -89,7 +89,7 @@ def auto_checks(ctx):
     chk = mp.Checker(rank)
     dist.init_process_group("ringzip", rank=rank, world_size=n, init_method=ctx.init_method)
     with chk.case("env_codec_auto"):
-        assert ringzip.get_options().codec == "auto" and backend_of().settings()["codec"] == "auto"
+        assert ringzip.get_options().codec == "auto" and backend_of().group_options().codec == "auto"
         x = torch.randn(1 << 17, generator=torch.Generator().manual_seed(rank))
         dist.all_reduce(x)
         st = ringzip.stats()
@@ -104,7 +104,7 @@ def auto_checks(ctx):
                 assert bad in str(e), str(e)
             else:
                 raise AssertionError(f"{bad!r} was accepted")
-        assert ringzip.get_options().codec == "auto" and backend_of().settings()["codec"] == "auto"
+        assert ringzip.get_options().codec == "auto" and backend_of().group_options().codec == "auto"
 
     real = dist.new_group(pg_options=ringzip.Options(codec="auto", min_numel=0))
     with chk.case("ranks_agree_from_real_measurements"):

@@ -35,8 +35,9 @@ void compressed_allreduce(Comm& c, float* data, size_t count, const CompressedCa
   // transports fuse it into their encodes) and says whether the new one is known to be finite.
   const bool sparse_codec = call.spec.kind == codec::Kind::TopK || call.spec.kind == codec::Kind::RandomK;
   RZ_CHECK(call.algo != CompressedAlgo::Auto && sparse_codec == (call.algo == CompressedAlgo::Sparse),
-           "compressed all-reduce: algorithm '", compressed_algo_name(call.algo), "' cannot run codec ",
-           codec::name(call.spec));
+           "compressed all-reduce: codec ", codec::name(call.spec),
+           " runs on the sparse algorithm if it is top-k or random-k, else on ring or sra (the planner resolves "
+           "\"auto\")");
   bool residual_finite;
   switch (call.algo) {
     case CompressedAlgo::Ring: residual_finite = ring(c, data, count, call); break;

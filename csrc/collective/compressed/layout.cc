@@ -12,9 +12,13 @@ Layout layout(const codec::Spec& spec, size_t count, int parts) {
   return l;
 }
 
+size_t topk_block_elems(size_t count, size_t topk_block) {
+  const size_t block = topk_block ? std::min(topk_block, count) : count;
+  return std::max(block, (count + kMaxTopkBlocks - 1) / kMaxTopkBlocks);
+}
+
 Layout topk_blocks(const codec::Spec& spec, size_t count, size_t topk_block) {
-  size_t block = topk_block ? std::min(topk_block, count) : count;
-  block = std::max(block, (count + kMaxTopkBlocks - 1) / kMaxTopkBlocks);
+  const size_t block = topk_block_elems(count, topk_block);
   const int blocks = static_cast<int>((count + block - 1) / block);
   Layout l{std::vector<size_t>(blocks + 1), std::vector<size_t>(blocks + 1, 0)};
   for (int q = 0; q <= blocks; ++q) l.elem[q] = std::min(count, q * block);

@@ -24,6 +24,8 @@ Layout layout(const codec::Spec& spec, size_t count, int parts);
 // messages are told apart by tag step q).
 constexpr size_t kMaxTopkBlocks = 4096;
 Layout topk_blocks(const codec::Spec& spec, size_t count, size_t block);
+// The elements of each of those blocks but the last (count >= 1).
+size_t topk_block_elems(size_t count, size_t block);
 
 // SRA's segments. Every part is cut at multiples of the bucket from the part's start, so each
 // segment encodes exactly the buckets (and RNG counters) the whole part would: the result is
