@@ -45,6 +45,26 @@ CompressionConfig parsed(const std::string& setting, int64_t bucket) {
   return cc;
 }
 
+template <class E, size_t N>
+E by_name(const Named<E> (&table)[N], const std::string& s, const char* what) {
+  try {
+    return parse_name(table, s, what);
+  } catch (const std::invalid_argument& e) {
+    throw py::value_error(std::string("ringzip: ") + e.what());
+  }
+}
+
+constexpr Named<CallKind> kCallKinds[] = {{"allreduce", CallKind::Allreduce},
+                                          {"reduce_scatter", CallKind::ReduceScatter},
+                                          {"reduce", CallKind::Reduce},
+                                          {"broadcast", CallKind::Broadcast},
+                                          {"allgather", CallKind::Allgather}};
+constexpr Named<Device> kDevices[] = {{"cpu", Device::Host}, {"cuda", Device::Cuda}};
+constexpr Named<c10d::ReduceOp::RedOpType> kOps[] = {
+    {"sum", c10d::ReduceOp::SUM}, {"avg", c10d::ReduceOp::AVG},   {"product", c10d::ReduceOp::PRODUCT},
+    {"min", c10d::ReduceOp::MIN}, {"max", c10d::ReduceOp::MAX},   {"band", c10d::ReduceOp::BAND},
+    {"bor", c10d::ReduceOp::BOR}, {"bxor", c10d::ReduceOp::BXOR}, {"premul_sum", c10d::ReduceOp::PREMUL_SUM}};
+
 }  // namespace
 
 void bind_cost(py::module_& m) {
@@ -173,6 +193,40 @@ void bind_cost(py::module_& m) {
       py::arg("codec"), py::arg("bucket") = codec::kBucketSize,
       "(encode, decode, feedback) seconds per input byte, cached");
   c.def("host_reduce_speed", &host_reduce_speed, "seconds per byte of a float32 sum, cached");
+  // What the planner decides when a call is issued, for a made-up call on a group of these nodes:
+  // every branch of plan(), the CUDA ones too, runs on any machine.
+  c.def(
+      "plan",
+      [](const GroupOptions& o, const std::vector<int>& node_of, const std::string& kind, const std::string& device,
+         at::ScalarType dtype, const std::string& op, int64_t numel, bool may_compress) {
+        Planner planner(static_cast<int>(node_of.size()));
+        planner.set_layout(NodeLayout(node_of));
+        try {
+          planner.configure(parse(o));
+        } catch (const std::invalid_argument& e) {
+          throw py::value_error(std::string("ringzip.Options: ") + e.what());
+        }
+        Call call;
+        call.kind = by_name(kCallKinds, kind, "call kind");
+        call.device = by_name(kDevices, device, "device");
+        call.dtype = dtype;
+        call.op = by_name(kOps, op, "reduce op");
+        call.numel = numel;
+        call.bytes = static_cast<size_t>(numel) * c10::elementSize(call.dtype);
+        call.may_compress = may_compress;
+        const Plan p = planner.plan(call);
+        py::dict d;
+        d["compressed"] = p.compressed;
+        d["codec"] = p.compressed ? p.cc.codec : std::string("none");
+        d["dense"] = algorithm_name(p.dense);
+        d["compressed_algorithm"] = compressed_algo_name(p.cc.algorithm);
+        d["nccl"] = p.nccl;
+        d["node_aware"] = p.nodes != nullptr;
+        return d;
+      },
+      py::arg("options"), py::arg("node_of"), py::arg("kind"), py::arg("device"), py::arg("dtype"), py::arg("op"),
+      py::arg("numel"), py::arg("may_compress") = true,
+      "Planner::plan of one call: compressed, codec, dense, compressed_algorithm, nccl, node_aware");
 }
 
 }  // namespace ringzip

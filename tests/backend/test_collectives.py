@@ -344,6 +344,28 @@ def section_reduce_scatter(chk, g, ref, rank, ws):
                         return o
 
                     check_reduction(name, out, x, opname, kind, run_ref, ws)
+            reduce_scatter_coalesced_case(chk, g, ref, rank, ws, dt, opname, kind)
+
+
+def reduce_scatter_coalesced_case(chk, g, ref, rank, ws, dt, opname, kind):
+    """reduce_scatter_tensor calls coalesced (FSDP's gradients): one work for every item, each
+    equal to the reference's own call; the outputs start filled with 7s."""
+    name = f"reduce_scatter_tensor_coalesced/{opname}/{dname(dt)}/{kind}"
+    with chk.case(name):
+        chunks = (4, 0, 1, 50)
+        xs = [gen(f"{name}/{i}", rank, dt, m * ws, kind) for i, m in enumerate(chunks)]
+        outs = [torch.full((m,), 7).to(dt) for m in chunks]
+        with dist._coalescing_manager(group=g, async_ops=True) as cm:  # noqa: SLF001
+            for o, x in zip(outs, xs):
+                dist.reduce_scatter_tensor(o, x.clone(), op=make_op(opname), group=g)
+        cm.wait()
+        for i, (o, x) in enumerate(zip(outs, xs)):
+            def run_ref(t, op, m=o.numel()):
+                r = torch.empty(m, dtype=t.dtype)
+                dist.reduce_scatter_tensor(r, t, op=op, group=ref)
+                return r
+
+            check_reduction(f"{name}/{i}", o, x, opname, kind, run_ref, ws)
 
 
 def _uneven(i, j):
@@ -600,7 +622,7 @@ def collective_matrix(ctx, backend):
 
 SECTIONS = ["all_reduce", "nonfinite", "algorithms", "noncontig", "all_reduce_coalesced", "broadcast", "reduce",
             "all_gather", "all_gather_into_tensor", "all_gather_coalesced", "coalescing_manager", "gather", "scatter",
-            "reduce_scatter", "reduce_scatter_tensor", "all_to_all_single", "all_to_all", "p2p", "barrier", "async",
+            "reduce_scatter", "reduce_scatter_tensor", "reduce_scatter_tensor_coalesced", "all_to_all_single", "all_to_all", "p2p", "barrier", "async",
             "get_backend", "subgroup"]
 
 _LAUNCHES: dict = {}
