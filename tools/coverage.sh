@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Line coverage of the collective layer (csrc/collective/) under the loopback matrix.
+# Line coverage of a part of csrc/ under some tests (default: the collective layer under the
+# loopback matrix).
 #   tools/coverage.sh                 # build into build/coverage, run the tests, print the table
 #   tools/coverage.sh tests/collective/test_loopback_matrix.py -k grouped   # other pytest args
+#   FILTER='csrc/(plan|backend)/' tools/coverage.sh tests/backend ...       # another part
 # The extension is built with --coverage into its own folder (the developer build in build/dev
 # and python/ringzip/_C*.so are untouched) and imported from a private copy of python/
 # (build/coverage/py). Needs gcovr: GCOVR=/path/to/gcovr, or on PATH
@@ -22,9 +24,9 @@ rm -rf "$DIR/py" && mkdir -p "$DIR/py" && cp -r python/ringzip "$DIR/py/" && rm 
 cp "$DIR"/_C*.so "$DIR/py/ringzip/"
 [ $# -gt 0 ] || set -- tests/collective/test_loopback_matrix.py tests/collective/test_loopback_transport.py
 status=0
-PYTHONPATH="$PWD/$DIR/py" "$PY" -m pytest -q -p no:cacheprovider "$@" | tail -3 || status=$?
+RINGZIP_FULL_EXIT=1 PYTHONPATH="$PWD/$DIR/py" "$PY" -m pytest -q -p no:cacheprovider "$@" | tail -3 || status=$?
 # The ranks are threads and gcov counters are not atomic: a rare lost update shows as a
 # negative branch count, which gcovr refuses unless told to warn.
-"$GCOVR" --root . --filter 'csrc/collective/' --gcov-ignore-parse-errors=negative_hits.warn_once_per_file \
+"$GCOVR" --root . --filter "${FILTER:-csrc/collective/}" --gcov-ignore-parse-errors=negative_hits.warn_once_per_file \
   --txt - --print-summary "$DIR/CMakeFiles/_C.dir"
 exit $status
