@@ -184,12 +184,13 @@ void bind_codec(py::module_& m) {
       },
       "spec"_a, "n"_a, "bucket"_a = cd::kBucketSize);
   c.def(
-      "k_for", [](const std::string& spec, int64_t n) { return cd::k_for(cd::parse(spec, 512, true), n); }, "spec"_a,
-      "n"_a);
+      "k_for", [](const std::string& spec, int64_t n) { return cd::k_for(cd::parse(spec, cd::kBucketSize, true), n); },
+      "spec"_a, "n"_a);
   c.def(
-      "biased", [](const std::string& spec, bool stochastic) { return cd::biased(cd::parse(spec, 512, stochastic)); },
+      "biased",
+      [](const std::string& spec, bool stochastic) { return cd::biased(cd::parse(spec, cd::kBucketSize, stochastic)); },
       "spec"_a, "stochastic"_a = true);
-  c.def("name", [](const std::string& spec) { return cd::name(cd::parse(spec, 512, true)); }, "spec"_a);
+  c.def("name", [](const std::string& spec) { return cd::name(cd::parse(spec, cd::kBucketSize, true)); }, "spec"_a);
   c.def(
       "quant_kernels", [] { return std::string(cd::quant_kernels()); },
       "The fused q8/q4/q2 kernels in use: 'avx512', 'avx2' or 'portable' (RINGZIP_QUANT_KERNELS picks one).");

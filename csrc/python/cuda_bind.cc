@@ -156,18 +156,18 @@ at::Tensor topk_indices(const at::Tensor& x, int64_t k) {
 void bind_cuda(py::module_& m) {
   py::module_ c = m.def_submodule("cuda", "ringzip CUDA kernels and the NCCL transport");
   using namespace py::literals;
-  c.def("encode", &encode, "spec"_a, "x"_a, "seed"_a, "seq"_a, "stream"_a, "elem_offset"_a = 0, "bucket"_a = 512,
-        "stochastic"_a = true);
+  c.def("encode", &encode, "spec"_a, "x"_a, "seed"_a, "seq"_a, "stream"_a, "elem_offset"_a = 0,
+        "bucket"_a = cd::kBucketSize, "stochastic"_a = true);
   c.def("decode", &decode, "spec"_a, "payload"_a, "n"_a, "seed"_a, "seq"_a, "stream"_a, "elem_offset"_a = 0,
-        "bucket"_a = 512);
+        "bucket"_a = cd::kBucketSize);
   c.def("decode_accumulate", &decode_accumulate, "spec"_a, "payload"_a, "acc"_a, "seed"_a, "seq"_a, "stream"_a,
-        "elem_offset"_a = 0, "bucket"_a = 512);
+        "elem_offset"_a = 0, "bucket"_a = cd::kBucketSize);
   c.def("decode_add_encode", &decode_add_encode, "spec"_a, "payload"_a, "local"_a, "seed"_a, "seq"_a, "dec_stream"_a,
-        "enc_stream"_a, "elem_offset"_a = 0, "bucket"_a = 512, "stochastic"_a = true);
+        "enc_stream"_a, "elem_offset"_a = 0, "bucket"_a = cd::kBucketSize, "stochastic"_a = true);
   c.def("encode_feedback", &encode_feedback, "spec"_a, "x"_a, "r"_a, "seed"_a, "seq"_a, "stream"_a, "elem_offset"_a = 0,
-        "bucket"_a = 512, "stochastic"_a = true);
+        "bucket"_a = cd::kBucketSize, "stochastic"_a = true);
   c.def("residual", &residual, "spec"_a, "payload"_a, "x"_a, "seed"_a, "seq"_a, "stream"_a, "elem_offset"_a = 0,
-        "bucket"_a = 512);
+        "bucket"_a = cd::kBucketSize);
   c.def("topk_feedback", &topk_feedback, "spec"_a, "x"_a, "r"_a);
   c.def("topk_indices", &topk_indices, "x"_a, "k"_a);
   c.def("nccl_version", [] { return nccl_runtime_version(); });

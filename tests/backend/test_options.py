@@ -24,6 +24,9 @@ def test_fields_defaults_and_docs_come_from_the_cpp_struct():
         assert getattr(py, name) == getattr(c, name), name
         assert f"\n{name}: " in ringzip.Options.__doc__, f"{name} is not documented"
     assert (py.codec, py.bucket_size, py.min_numel, py.topk_block) == ("none", 512, 65536, 1 << 20)
+    from ringzip import reference  # the test oracle's own defaults agree
+
+    assert (reference.BUCKET, reference.TOPK_BLOCK) == (py.bucket_size, py.topk_block)
 
 
 # (field, value, error, text the message must hold)

@@ -10,6 +10,8 @@ from . import cast, quantize, sparse
 from .philox import philox4x32_10, philox_bytes, philox_words, uniform_from_bytes, uniform_from_words  # noqa: F401
 
 CODEC_VERSION = 2  # csrc/codec/codec.h's kCodecVersion: the bits these functions define
+BUCKET = 512  # the q-codecs' default bucket (codec.h's kBucketSize, which the tests compare)
+TOPK_BLOCK = 1 << 20  # top-k's default selection block (codec.h's kTopkBlock)
 
 _BITS = {"q8": 8, "q4": 4, "q2": 2, "q1": 1}
 
@@ -18,11 +20,11 @@ _BITS = {"q8": 8, "q4": 4, "q2": 2, "q1": 1}
 class Spec:
     kind: str
     ratio: float = 1.0
-    bucket: int = 512
+    bucket: int = BUCKET
     stochastic: bool = True
 
 
-def parse(spec: str, bucket: int = 512, stochastic: bool = True) -> Spec:
+def parse(spec: str, bucket: int = BUCKET, stochastic: bool = True) -> Spec:
     head, _, arg = spec.partition(":")
     if head in ("none", "fp16", "bf16") or head in _BITS:
         if arg:
@@ -42,7 +44,7 @@ def k_for(spec: str, n: int) -> int:
     return sparse.k_for(parse(spec).ratio, n)
 
 
-def encoded_bytes(spec: str, n: int, bucket: int = 512) -> int:
+def encoded_bytes(spec: str, n: int, bucket: int = BUCKET) -> int:
     sp = parse(spec, bucket)
     if sp.kind == "none":
         return 4 * n
@@ -54,7 +56,7 @@ def encoded_bytes(spec: str, n: int, bucket: int = 512) -> int:
     return 4 + 8 * k if sp.kind == "topk" else 8 + 4 * k
 
 
-def encode(spec: str, x: torch.Tensor, seed: int, seq: int, stream: int, elem_offset: int = 0, bucket: int = 512,
+def encode(spec: str, x: torch.Tensor, seed: int, seq: int, stream: int, elem_offset: int = 0, bucket: int = BUCKET,
            stochastic: bool = True) -> torch.Tensor:
     sp = parse(spec, bucket, stochastic)
     x = x.reshape(-1)
@@ -68,7 +70,7 @@ def encode(spec: str, x: torch.Tensor, seed: int, seq: int, stream: int, elem_of
 
 
 def decode(spec: str, payload: torch.Tensor, n: int, seed: int, seq: int, stream: int, elem_offset: int = 0,
-           bucket: int = 512) -> torch.Tensor:
+           bucket: int = BUCKET) -> torch.Tensor:
     sp = parse(spec, bucket)
     if payload.numel() != encoded_bytes(spec, n, bucket):
         raise RuntimeError(f"payload of {payload.numel()} bytes, expected {encoded_bytes(spec, n, bucket)}")
@@ -81,11 +83,11 @@ def decode(spec: str, payload: torch.Tensor, n: int, seed: int, seq: int, stream
     return sparse.randomk_decode(sp.ratio, payload, n, seed, seq, elem_offset)
 
 
-def decode_accumulate(spec, payload, acc, seed, seq, stream, elem_offset=0, bucket=512) -> None:
+def decode_accumulate(spec, payload, acc, seed, seq, stream, elem_offset=0, bucket=BUCKET) -> None:
     acc += decode(spec, payload, acc.numel(), seed, seq, stream, elem_offset, bucket)
 
 
-def decode_add_encode(spec, payload, local, seed, seq, dec_stream, enc_stream, elem_offset=0, bucket=512,
+def decode_add_encode(spec, payload, local, seed, seq, dec_stream, enc_stream, elem_offset=0, bucket=BUCKET,
                       stochastic=True) -> torch.Tensor:
     s = decode(spec, payload, local.numel(), seed, seq, dec_stream, elem_offset, bucket) + local
     return encode(spec, s, seed, seq, enc_stream, elem_offset, bucket, stochastic)

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import torch
 
-from . import decode, encode, parse, sparse
+from . import BUCKET, TOPK_BLOCK, decode, encode, parse, sparse
 
 GATHER_PHASE = 0xF0
 SEGMENT_ELEMS = 1 << 19  # csrc/collective/compressed/layout.h kSegmentElems (the bits do not depend on it)
@@ -341,7 +341,7 @@ def _randomk(C, d, res, seq):
         d[r] = C.dec(p, count, 0, r, 0)
 
 
-def compressed_allreduce(xs, codec, algorithm="auto", seed=0, rng_seq=0, seq=0, topk_block=1 << 20, bucket=512,
+def compressed_allreduce(xs, codec, algorithm="auto", seed=0, rng_seq=0, seq=0, topk_block=TOPK_BLOCK, bucket=BUCKET,
                          stochastic=True, residuals=None):
     """(outputs, new residuals) of csrc/collective/compressed.cc compressed_allreduce on every rank."""
     d = [x.float().contiguous().reshape(-1).clone() for x in xs]
@@ -371,7 +371,7 @@ def compressed_allreduce(xs, codec, algorithm="auto", seed=0, rng_seq=0, seq=0, 
     return d, res
 
 
-def compressed_reduce_scatter(xs, codec, seed=0, rng_seq=0, bucket=512, stochastic=True, residuals=None):
+def compressed_reduce_scatter(xs, codec, seed=0, rng_seq=0, bucket=BUCKET, stochastic=True, residuals=None):
     """(outputs, new residuals) of compressed_reduce_scatter (sra's first phase) on every rank:
     part r of rank r's output holds the sum; its other parts are its input, unchanged."""
     d = [x.float().contiguous().reshape(-1).clone() for x in xs]

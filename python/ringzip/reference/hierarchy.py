@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import torch
 
+from . import BUCKET, TOPK_BLOCK
 from .collectives import (allreduce as flat_allreduce, compressed_allreduce as flat_compressed_allreduce,
                           compressed_reduce_scatter as flat_compressed_reduce_scatter, even_parts,
                           ring_allgather, ring_reduce_scatter)
@@ -73,8 +74,8 @@ def allreduce(xs, nodes, op="sum", algo="auto", seq=0):
     return _allreduce_chunks(_flat(xs), nodes, op, lambda _l, _r, shards, _o, _i: flat_allreduce(shards, op, algo, seq))
 
 
-def compressed_allreduce(xs, nodes, codec, algorithm="auto", seed=0, rng_seq=0, seq=0, topk_block=1 << 20,
-                         bucket=512, stochastic=True, residuals=None):
+def compressed_allreduce(xs, nodes, codec, algorithm="auto", seed=0, rng_seq=0, seq=0, topk_block=TOPK_BLOCK,
+                         bucket=BUCKET, stochastic=True, residuals=None):
     d = [x.float().contiguous().reshape(-1).clone() for x in xs]
     res = None if residuals is None else [r.float().contiguous().reshape(-1).clone() for r in residuals]
 
@@ -113,7 +114,7 @@ def reduce_scatter(xs, nodes, op="sum"):
     return [staged[r][slot[r] * part:(slot[r] + 1) * part] for r in range(n)]
 
 
-def compressed_reduce_scatter(xs, nodes, codec, seed=0, rng_seq=0, bucket=512, stochastic=True, residuals=None):
+def compressed_reduce_scatter(xs, nodes, codec, seed=0, rng_seq=0, bucket=BUCKET, stochastic=True, residuals=None):
     """(every rank's own part, new residuals in the staged order of the C++ side)."""
     d = [x.float().contiguous().reshape(-1).clone() for x in xs]
     res = None if residuals is None else [r.float().contiguous().reshape(-1).clone() for r in residuals]
