@@ -91,10 +91,20 @@ def _ddp_rank(spec, g, rank) -> int:
     return leave(events)
 
 
-def summarize(calls: list[float], gloo_median: float | None) -> dict:
+LEARNING_CALLS = 30  # the first calls, where learning is expected; after them only re-measurement
+
+
+def summarize(run: list[dict], gloo_median: float | None) -> dict:
+    calls = [c["ms"] for c in run]
     steady = statistics.median(calls[-max(1, len(calls) // 3):])
     out = {"total_ms": sum(calls), "steady_ms": steady, "median_ms": statistics.median(calls),
-           "excess_over_steady": sum(max(0.0, c - steady) for c in calls) / sum(calls)}
+           "excess_over_steady": sum(max(0.0, c - steady) for c in calls) / sum(calls),
+           "first_over_steady": calls[0] / steady}
+    later = run[LEARNING_CALLS:]
+    if later:  # what re-measurement costs once learned: calls run to be measured, and the slow calls
+        out["later"] = {"calls": len(later), "tried": sum(bool(c.get("tried")) for c in later),
+                        "above_1_2x_steady": sum(c["ms"] > 1.2 * steady for c in later),
+                        "worst_over_steady": max(c["ms"] for c in later) / steady}
     if gloo_median:
         out["above_1_5x_gloo"] = sum(c > 1.5 * gloo_median for c in calls)
         out["worst_over_gloo"] = max(calls) / gloo_median
@@ -113,7 +123,11 @@ def main(argv=None) -> int:
     p.add_argument("--hidden", type=int, default=2048, help="--ddp: the MLP's width (2048: 17 MiB of gradients)")
     p.add_argument("--out-dir")
     p.add_argument("--stem", default="learning_n3_net-1gbit")
+    p.add_argument("--report", metavar="JSON", help="write the report of a run's JSON again (its header kept)")
     args = p.parse_args(argv)
+    if args.report:
+        doc = json.loads(Path(args.report).read_text())
+        return _report(args, list(doc["series"]), doc["series"], head=doc["header"])
 
     from ..launch import Launcher, log_tail
     from ..netem import open_env
@@ -141,7 +155,7 @@ def main(argv=None) -> int:
     return _report(args, rows, series)
 
 
-def _report(args, rows, series) -> int:
+def _report(args, rows, series, head: str | None = None) -> int:
     gloo = [c["ms"] for run in series.get("gloo", []) for c in run]
     gloo_median = statistics.median(gloo) if gloo else None
     what = (f"DDP training of the {args.hidden}-wide MLP, {args.ddp} steps of fresh processes" if args.ddp else
@@ -149,19 +163,25 @@ def _report(args, rows, series) -> int:
     cmd = (f"python -m ringzip.bench.lab.learning -n {args.nproc} --net {args.net} "
            + (f"--ddp {args.ddp} --hidden {args.hidden}" if args.ddp else f"--size {args.size} --calls {args.calls}")
            + f" --rows {args.rows} --repeat {args.repeat}")
-    head = (f"{time.strftime('%Y-%m-%d %H:%M')}; CPU {cpu_model()} x {os.cpu_count()}; {args.nproc} ranks, one per "
-            f"emulated machine, {args.net}; {what}; command: {cmd}")
+    head = head or (f"{time.strftime('%Y-%m-%d %H:%M')}; CPU {cpu_model()} x {os.cpu_count()}; {args.nproc} ranks, "
+                    f"one per emulated machine, {args.net}; {what}; command: {cmd}")
     lines = ["# What learning costs: the first calls of a fresh job", "", head, "",
              f"gloo's median: {gloo_median:.0f} ms." if gloo_median else "", "",
-             "| row | run | total (ms) | steady (ms) | calls > 1.5x gloo | worst / gloo | above steady / total |",
-             "|---|---:|---:|---:|---:|---:|---:|"]
+             "| row | run | total (ms) | steady (ms) | calls > 1.5x gloo | worst / gloo | above steady / total "
+             f"| first / steady | after call {LEARNING_CALLS}: run to measure / > 1.2x steady / worst over steady |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
     summary = {}
     for row in rows:
         for k, run in enumerate(series[row]):
-            s = summarize([c["ms"] for c in run], gloo_median)
+            s = summarize(run, gloo_median)
             summary.setdefault(row, []).append(s)
+            later = s.get("later")
             lines.append(f"| {row} | {k} | {s['total_ms']:.0f} | {s['steady_ms']:.0f} | {s.get('above_1_5x_gloo', '')} | "
-                         f"{s.get('worst_over_gloo', 0):.2f} | {100 * s['excess_over_steady']:.1f} % |")
+                         + (f"{s['worst_over_gloo']:.2f}" if gloo_median else "")
+                         + f" | {100 * s['excess_over_steady']:.1f} % | "
+                         f"{s['first_over_steady']:.2f} | " + (f"{later['tried']} / {later['above_1_2x_steady']} of "
+                                                              f"{later['calls']} / {later['worst_over_steady']:.2f}"
+                                                              if later else "") + " |")
     fixed = {r: statistics.median(x["total_ms"] for x in summary[r]) for r in rows if ":" in r}
     if "ringzip" in summary and fixed:
         best = min(fixed, key=fixed.get)
