@@ -65,9 +65,19 @@ class Planner {
   const NodeLayout& layout() const { return layout_; }
 
   Settings settings() const;
-  AllreduceAlgo algorithm() const { return settings().algorithm; }
-  HierarchyMode hierarchy() const { return settings().hierarchy; }
-  CompressionConfig compression() const { return settings().cc; }
+  // Read on every call's fingerprint: the field alone, not a copy of the settings.
+  AllreduceAlgo algorithm() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return settings_.algorithm;
+  }
+  HierarchyMode hierarchy() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return settings_.hierarchy;
+  }
+  CompressionConfig compression() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return settings_.cc;
+  }
   // Why calls run flat although hierarchy is not "flat" (empty when they run node-aware).
   std::string flat_reason() const;
 
