@@ -57,10 +57,10 @@ class Options(_Fields):  # decorated again, so that its __init__ calls __post_in
     def _as_c(self) -> "_C.Options":
         c = _C.Options()
         for name, _ in _FIELDS:
-            v, want = getattr(self, name), _type_of(name)
-            if v is not None and (not isinstance(v, want) or (want is int and isinstance(v, bool))):
-                raise TypeError(f"ringzip.Options: {name} must be {want.__name__}"
-                                f"{' or None' if getattr(_DEFAULTS, name) is None else ''}, got {v!r}")
+            v, want, nullable = getattr(self, name), _type_of(name), getattr(_DEFAULTS, name) is None
+            if not (v is None and nullable) and (not isinstance(v, want) or (want is int and isinstance(v, bool))):
+                raise TypeError(f"ringzip.Options: {name} must be {want.__name__}{' or None' if nullable else ''}, "
+                                f"got {v!r}")
             if want is int and v < 0:
                 raise ValueError(f"ringzip.Options: {name} must be a non-negative int, got {v!r}")
             setattr(c, name, v)

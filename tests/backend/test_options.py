@@ -47,6 +47,8 @@ BAD = [
     ("bucket_size", "512", TypeError, "bucket_size"),
     ("timeout", 5, TypeError, "timeout"),
     ("error_feedback", "yes", TypeError, "error_feedback"),
+    ("codec", None, TypeError, "codec must be str, got None"),
+    ("bucket_size", None, TypeError, "bucket_size must be int, got None"),
 ]
 
 
