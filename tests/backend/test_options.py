@@ -29,6 +29,15 @@ def test_fields_defaults_and_docs_come_from_the_cpp_struct():
     assert (reference.BUCKET, reference.TOPK_BLOCK) == (py.bucket_size, py.topk_block)
 
 
+def test_the_readmes_table_has_every_field():
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    for name in NAMES:
+        env = "RINGZIP_" + name.upper() + ("_S" if name == "timeout" else "")
+        assert f"| `{name}` | `{env}` |" in readme, f"README's options table lacks {name}"
+
+
 # (field, value, error, text the message must hold)
 BAD = [
     ("algorithm", "bogus", ValueError, "algorithm 'bogus'"),
