@@ -40,13 +40,9 @@ Settings parse(const GroupOptions& o) {
   // One name for both families: a name of only one leaves the other on auto.
   const auto* dense = find_name(kDenseAlgorithms, o.algorithm);
   const auto* compressed = find_name(kCompressedAlgorithms, o.algorithm);
-  if (!dense && !compressed) {
-    std::string names;
-    for (const auto& n : kDenseAlgorithms) names += std::string(names.empty() ? "" : ", ") + n.name;
-    for (const auto& n : kCompressedAlgorithms)
-      if (!find_name(kDenseAlgorithms, n.name)) names += std::string(", ") + n.name;
-    throw std::invalid_argument("unknown algorithm '" + o.algorithm + "' (expected " + names + ")");
-  }
+  if (!dense && !compressed)
+    throw std::invalid_argument("unknown algorithm '" + o.algorithm + "' (expected " + names_of(kDenseAlgorithms) +
+                                "; compressed: " + names_of(kCompressedAlgorithms) + ")");
   s.algorithm = dense ? dense->value : AllreduceAlgo::Auto;
   s.hierarchy = parse_name(kHierarchies, o.hierarchy, "hierarchy");
   s.check = parse_name(kChecks, o.check, "check");

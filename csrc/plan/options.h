@@ -91,13 +91,19 @@ const Named<E>* find_name(const Named<E> (&table)[N], const std::string& s) {
   return nullptr;
 }
 
+// "a, b, c": the names of a table, for error messages.
+template <class E, size_t N>
+std::string names_of(const Named<E> (&table)[N]) {
+  std::string names;
+  for (const Named<E>& n : table) names += std::string(names.empty() ? "" : ", ") + n.name;
+  return names;
+}
+
 // The value called `s`, or std::invalid_argument listing the names of `what`.
 template <class E, size_t N>
 E parse_name(const Named<E> (&table)[N], const std::string& s, const char* what) {
   if (const Named<E>* n = find_name(table, s)) return n->value;
-  std::string names;
-  for (const Named<E>& n : table) names += std::string(names.empty() ? "" : ", ") + n.name;
-  throw std::invalid_argument(std::string("unknown ") + what + " '" + s + "' (expected " + names + ")");
+  throw std::invalid_argument(std::string("unknown ") + what + " '" + s + "' (expected " + names_of(table) + ")");
 }
 
 template <class E, size_t N>

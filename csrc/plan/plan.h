@@ -19,6 +19,7 @@
 namespace ringzip {
 
 enum class Device : uint8_t { Host, Cuda };
+inline constexpr Named<Device> kDevices[] = {{"cpu", Device::Host}, {"cuda", Device::Cuda}};
 // The collectives that have something to plan; the others run one schedule each. Broadcast and
 // all-gather only choose between the transport's own kernel (NCCL's) and ringzip's schedule.
 enum class CallKind : uint8_t { Allreduce, ReduceScatter, Reduce, Broadcast, Allgather };

@@ -37,12 +37,6 @@ class NoGilPtr {
   c10::intrusive_ptr<T> p_;
 };
 
-Device device_of(const std::string& name) {
-  if (name == "cpu") return Device::Host;
-  if (name == "cuda") return Device::Cuda;
-  throw std::invalid_argument("ringzip: device must be 'cpu' or 'cuda', got '" + name + "'");
-}
-
 // The shared-memory transport among the ranks of this rank's node, or nullptr with `why`. The
 // ranks of the node agree through the store: shared memory is used only where every one of them
 // set it up (a rank that routed to a peer over shared memory while the peer used Gloo would
@@ -169,7 +163,9 @@ void bind_backend(py::module_& m) {
       // Per device ("cpu" or "cuda"): each device path's calls have their own tuner.
       .def(
           "auto_state",
-          [](RingzipBackend& b, const std::string& device) { return b.tuner(device_of(device)).summary(); },
+          [](RingzipBackend& b, const std::string& device) {
+            return b.tuner(by_name(kDevices, device, "device")).summary();
+          },
           py::arg("device") = "cpu")
       // Test hooks (every device's tuner): this rank's link measurements read as (alpha s/message,
       // inv_bw s/byte), None: measured; a call run one of these ways is recorded as taking these

@@ -45,21 +45,11 @@ CompressionConfig parsed(const std::string& setting, int64_t bucket) {
   return cc;
 }
 
-template <class E, size_t N>
-E by_name(const Named<E> (&table)[N], const std::string& s, const char* what) {
-  try {
-    return parse_name(table, s, what);
-  } catch (const std::invalid_argument& e) {
-    throw py::value_error(std::string("ringzip: ") + e.what());
-  }
-}
-
 constexpr Named<CallKind> kCallKinds[] = {{"allreduce", CallKind::Allreduce},
                                           {"reduce_scatter", CallKind::ReduceScatter},
                                           {"reduce", CallKind::Reduce},
                                           {"broadcast", CallKind::Broadcast},
                                           {"allgather", CallKind::Allgather}};
-constexpr Named<Device> kDevices[] = {{"cpu", Device::Host}, {"cuda", Device::Cuda}};
 constexpr Named<c10d::ReduceOp::RedOpType> kOps[] = {
     {"sum", c10d::ReduceOp::SUM}, {"avg", c10d::ReduceOp::AVG},   {"product", c10d::ReduceOp::PRODUCT},
     {"min", c10d::ReduceOp::MIN}, {"max", c10d::ReduceOp::MAX},   {"band", c10d::ReduceOp::BAND},
