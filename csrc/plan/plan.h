@@ -62,7 +62,10 @@ class Planner {
   // The group's settings for the calls planned from now on (parse() checked them).
   void configure(const Settings& s);
   // The node of every rank (before the first call).
-  void set_layout(NodeLayout layout) { layout_ = std::move(layout); }
+  void set_layout(NodeLayout layout) {
+    layout_ = std::move(layout);
+    host_tuner_.set_one_host(layout_.nodes() == 1);
+  }
   const NodeLayout& layout() const { return layout_; }
 
   Settings settings() const;

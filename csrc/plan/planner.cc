@@ -45,7 +45,7 @@ void pop_call_codec() {
   if (!call_codecs.empty()) call_codecs.pop_back();
 }
 
-Planner::Planner(int size) : size_(size), layout_(std::vector<int>(size, 0)) {}
+Planner::Planner(int size) : size_(size) { set_layout(NodeLayout(std::vector<int>(size, 0))); }
 
 void Planner::configure(const Settings& s) {
   std::lock_guard<std::mutex> lock(mu_);

@@ -55,6 +55,10 @@ class Tuner {
   // time is taken once the compute ran it (run_observed).
   explicit Tuner(bool device = false) : device_(device) {}
   bool device() const { return device_; }
+  // Every rank of the group on one host (before the first call): there a compressed call's time
+  // beyond its codec kernels is ranks waiting for the cores the codec holds, not the link or the
+  // host's copies, so such calls teach neither rate (tuner.cc learn).
+  void set_one_host(bool one) { one_host_ = one; }
 
   // A decision and what was predicted for it (observe() compares).
   struct Plan {
@@ -167,7 +171,7 @@ class Tuner {
   double device_reduce_ = 0;                               // device_: measured at the first agreement
   std::map<std::string, cost::CodecSpeed> device_codecs_;  // device_: per candidate, measured once
   mutable std::mutex mu_;                                  // stats() reads from other threads; calls come one at a time
-  bool probed_ = false, calibrate_ = true;
+  bool probed_ = false, calibrate_ = true, one_host_ = false;
   uint64_t calls_ = 0, refreshes_ = 0, since_ = 0, explorations_ = 0, tours_ = 0, changes_ = 0;
   double predicted_since_ = 0;
   double agree_seconds_ = 0;  // this rank's time of the last agreement (offered at the next)

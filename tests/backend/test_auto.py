@@ -4,7 +4,8 @@ link, the choice following a change of the link within 20 calls, error feedback 
 from q4 to exact (nothing lost), auto:topk, reduce-scatter, stats per codec that ran, the
 dense algorithm choice, a way the model prices beyond exploration never run to learn, a way priced by its
 slowest rank, exact measured where the model prices it out of exploration, a lasting change of
-the measured times followed within 20 calls, and exact measured again after one slow time
+the measured times followed within 20 calls, exact measured again after one slow time, and
+compressed calls on one host teaching no link or host rate
 (docs/algorithms.md, "Choosing: the cost model"). Link measurements are injected (backend._tuner_inject), so the choices do not depend on this machine's load."""
 from __future__ import annotations
 
@@ -375,6 +376,23 @@ def auto_checks(ctx):
         speeds = auto["params"]["codecs"]
         assert {"q8", "q4"} <= set(speeds) and all(v["encode_gbyte_s"] > 0 for v in speeds.values()), speeds
         assert ringzip.stats(e)["auto"]["kernels"] == "host", ringzip.stats(e)["auto"]
+    oh = dist.new_group(pg_options=ringzip.Options(codec="auto", min_numel=0))
+    with chk.case("compressed_calls_on_one_host_teach_no_rates"):
+        # The ranks share one host: a compressed call's time beyond its kernels is ranks waiting
+        # for the cores, so it must not move the link or host figures (under codec="auto" over
+        # shared memory they ran away 5x and priced exact out). Exact and q4 are told slow, so
+        # after their tours only the wire-heavier codecs run (q4's SRA calls are host-light and
+        # taught nothing before either); the figures agreed at the first call must stay.
+        told = {**{f"none/{a}": 1.0 for a in DENSE}, "q4/sra": 1.0, "q4/ring": 1.0}
+        backend_of(oh)._tuner_inject_times(told)
+        seen = []
+        for k in range(16):
+            dist.all_reduce(torch.randn(1 << 22, generator=torch.Generator().manual_seed(k + rank)), group=oh)
+            a = ringzip.stats(oh)["auto"]
+            seen.append((a["last"]["choice"], tuple(a["params"][f] for f in ("alpha_s", "link_gbit", "host_gbit"))))
+        _same_everywhere(seen, "the choices and figures")
+        assert sum(c not in ("none", "q4") for c, _ in seen) >= 10, seen
+        assert len({f for _, f in seen}) == 1, seen
     dist.destroy_process_group()
     return chk.result()
 
@@ -382,4 +400,4 @@ def auto_checks(ctx):
 def test_auto_in_process_groups():
     res = mp.run(auto_checks, 3, timeout=240)
     mp.raise_on_failures(mp.merge(res), "codec/algorithm auto")
-    assert len(set().union(*(r["passed"] for r in res))) == 16, [sorted(r["passed"]) for r in res]
+    assert len(set().union(*(r["passed"] for r in res))) == 17, [sorted(r["passed"]) for r in res]

@@ -1,5 +1,5 @@
-"""`ringzip-bench grid`: the cell arithmetic on synthetic rows, and one tiny real run (loopback,
-2 ranks, one size, no repeats, its settling rounds counted) through the CLI, `--preset auto_grid`
+"""`ringzip-bench grid`: the cell arithmetic on synthetic rows, and one tiny real run (loopback
+over TCP, 2 ranks, one size, no repeats, its settling rounds counted) through the CLI, `--preset auto_grid`
 spelling included."""
 from __future__ import annotations
 
@@ -52,6 +52,18 @@ def test_twins_are_compared_with_their_first_group_round_by_round():
     assert lines["noise: twins beyond 3 % / 5 % / 10 %"] == "2 / 2 / 0 of 2 pairs", lines
 
 
+def test_auto_over_exact_pools_the_rounds_of_both_pairs():
+    rows = [_row("none", "auto", 100.0, times_us=[100.0, 100.0, 100.0]),
+            _row("none", "auto", 100.0, twin=True, times_us=[100.0, 100.0, 100.0]),
+            _row("auto", "auto", 110.0, times_us=[110.0, 110.0, 110.0]),
+            _row("auto", "auto", 90.0, twin=True, times_us=[90.0, 90.0, 95.0]),
+            _row("q4", "auto", 50.0, times_us=[50.0, 50.0, 50.0])]
+    (c,) = grid_report.cells(rows)
+    # per-round ratios 1.1, 1.1, 1.1 and 0.9, 0.9, 0.95: the median of the six, not the first pair's 1.1
+    assert abs(c["auto_over_exact"] - (1.1 + 0.95) / 2) < 1e-9, c
+    assert set(c["twin_ratios"]) == {"none/auto", "auto/auto"}
+
+
 def test_preset_auto_grid_is_the_grid_subcommand():
     args = build_parser().parse_args(["grid", "--sizes", "64K"])
     assert args.func.__module__.endswith("grid") and args.sizes == "64K"
@@ -59,7 +71,7 @@ def test_preset_auto_grid_is_the_grid_subcommand():
 
 def test_tiny_grid_run(tmp_path):
     cmd = [sys.executable, "-m", "ringzip.bench", "collective", "--preset", "auto_grid", "--sizes", "256K",
-           "--links", "loopback", "--nproc", "2", "--repeat", "1", "--codecs", "none,q4,auto", "--dense", "ring",
+           "--links", "tcp", "--nproc", "2", "--repeat", "1", "--codecs", "none,q4,auto", "--dense", "ring",
            "--time-budget", "0.1", "--iters", "3", "--out-dir", str(tmp_path), "--stem", "g", "-q"]
     p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=240)
     assert p.returncode == 0, p.stderr[-3000:]
@@ -69,7 +81,9 @@ def test_tiny_grid_run(tmp_path):
     assert 0 <= doc["rows"][0]["settle_rounds"] <= 40
     (cell,) = grid_report.cells(doc["rows"])
     assert set(cell["codec"]) == {"none", "q4", "auto"} and set(cell["dense"]) == {"ring"}, cell
-    assert set(cell["twin_ratios"]) == {"q4/auto", "none/ring"} and all(v > 0 for v in cell["twin_ratios"].values())
+    assert set(cell["twin_ratios"]) == {"none/auto", "auto/auto", "q4/auto", "none/ring"}, cell
+    assert all(v > 0 for v in cell["twin_ratios"].values())
+    assert {r["transport"] for r in doc["rows"]} == {"gloo"} and cell["link"] == "tcp"  # loopback over TCP
     assert cell["chose"] and cell["predicted_codec"], cell
     auto = next(r for r in doc["rows"] if r["codec"] == "auto")
     assert auto["auto_changes"] >= 0 and auto["auto_tours"] >= 0 and auto["auto_explorations"] >= 0, auto

@@ -2,11 +2,14 @@
 
     ringzip-bench grid                     the full grid (also: ringzip-bench collective --preset auto_grid)
     ringzip-bench grid --sizes 64K,1M --links loopback --nproc 3 --repeat 1    a quick one
+    ringzip-bench grid --sizes 1M,4M,16M,64M --links loopback,tcp,10gbit,1gbit --dense ''   auto against exact
 
-For every link (loopback, or an emulated --net rate in network namespaces, root) and world size,
-the ranks (grid_worker.py) run side by side, one ringzip group each: exact (algorithm auto), the
-fixed codecs, codec "auto", the forced dense algorithms, and twins of q4 and the forced ring (a
-second group of each: the same work twice, the cells' own noise). Per size every configuration runs
+For every link and world size the ranks (grid_worker.py) run side by side, one ringzip group
+each: exact (algorithm auto), the fixed codecs, codec "auto", the forced dense algorithms, and
+twins of exact, auto, q4 and the forced ring (a second group of each: the same work twice, the
+cells' own noise; auto over exact is the median over both pairs' rounds). Links: `loopback` (one
+host, the default transport between its ranks: shared memory), `tcp` (one host, transport="gloo":
+TCP over loopback) and emulated rates such as `1gbit` (one network namespace per rank, root). Per size every configuration runs
 once per round, in turn, so load on a shared machine hits all alike: --warmup rounds (auto
 measures and explores), then rounds until every group's last 3 calls ran by price (at most 40,
 and no longer than the warm-up took), then timed rounds until the time budget is spent, at least
@@ -33,9 +36,14 @@ DEFAULTS = dict(sizes="64K,1M,4M,16M,64M", links="loopback,10gbit,3gbit,1gbit", 
                 codecs="none,bf16,q8,q4,auto", dense="ring,rd,star,hd,tree", time_budget=0.5, iters=15, warmup=20)
 
 
+TWINS = (("none", "auto"), ("auto", "auto"), ("q4", "auto"), ("none", "ring"))
+LOCAL_LINKS = {"loopback": None, "tcp": "gloo"}  # one host: the link name -> the groups' transport
+
+
 def add_arguments(p) -> None:
     p.add_argument("--sizes", default=DEFAULTS["sizes"], help="all-reduce sizes (float32)")
-    p.add_argument("--links", default=DEFAULTS["links"], help="loopback and/or emulated rates (need root)")
+    p.add_argument("--links", default=DEFAULTS["links"],
+                   help="loopback (shared memory), tcp (loopback over TCP) and/or emulated rates (need root)")
     p.add_argument("--nproc", default=DEFAULTS["nproc"], help="world sizes, comma list")
     p.add_argument("--repeat", type=int, default=DEFAULTS["repeat"], help="timed rounds per size, at least")
     p.add_argument("--codecs", default=DEFAULTS["codecs"], help="ringzip codecs side by side ('auto' = auto:q4)")
@@ -52,15 +60,17 @@ def add_arguments(p) -> None:
     p.add_argument("-q", "--quiet", action="store_true")
 
 
-def _spec(args, sizes) -> dict:
+def _spec(args, sizes, link) -> dict:
     cfgs = configs(["ringzip"], split_list(args.codecs), ["auto"])
     cfgs += [c for c in configs(["ringzip"], ["none"], split_list(args.dense)) if c["algorithm"] != "auto"]
-    # Twins: a second group of the same fixed configuration (q4, and the forced ring), measured like
-    # the others: how far the same work lies from itself bounds what a cell's ratio can tell.
+    # Twins: a second group of the same configuration, measured like the others: how far the same
+    # work lies from itself bounds what a cell's ratio can tell, and auto over exact is taken over
+    # both pairs (auto/exact and their twins), not one.
     cfgs += [dict(c, key=c["key"] + "#twin", twin=True) for c in list(cfgs)
-             if args.twins and (c["codec"], c["algorithm"]) in (("q4", "auto"), ("none", "ring"))]
+             if args.twins and (c["codec"], c["algorithm"]) in TWINS]
     # min_numel=0 (grid_worker.py): every fixed codec compresses at every size, so auto has something to beat.
-    return {"sizes": sizes, "configs": cfgs, "repeat": max(1, args.repeat), "iters": max(args.iters, args.repeat),
+    return {"sizes": sizes, "configs": cfgs, "transport": LOCAL_LINKS.get(link), "repeat": max(1, args.repeat),
+            "iters": max(args.iters, args.repeat),
             "warmup": args.warmup, "time_budget_s": args.time_budget}
 
 
@@ -81,7 +91,7 @@ def run(args) -> int:
     t0 = time.monotonic()
     try:
         for link in links:
-            rate = None if link == "loopback" else parse_rate_bits(link)
+            rate = None if link in LOCAL_LINKS else parse_rate_bits(link)
             for n in nprocs:
                 log(f"[grid] {link}, {n} ranks ({time.monotonic() - t0:.0f} s so far)")
                 rows += _cell_rows(args, sizes, rate, n, link)
@@ -108,7 +118,7 @@ def _lscpu() -> str:
 def _cell_rows(args, sizes, rate, n, link) -> list[dict]:
     from ..launch import Launcher, log_tail
 
-    spec = _spec(args, sizes)
+    spec = _spec(args, sizes, link)
     rows: list[dict] = []
     net_ctx = None
     if rate:

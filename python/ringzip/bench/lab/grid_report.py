@@ -11,18 +11,23 @@ FIXED = ("none", "bf16", "fp16", "q8", "q4", "q2", "q1")
 
 
 def link_order(link: str) -> float:
-    """loopback first, then the emulated rates, fastest first."""
+    """The one-host links first (shared memory, then TCP), then the emulated rates, fastest first."""
     from ..common import parse_rate_bits
 
-    return float("-inf") if link == "loopback" else -parse_rate_bits(link)
+    local = {"loopback": float("-inf"), "tcp": -1e30}
+    return local[link] if link in local else -parse_rate_bits(link)
+
+
+def per_round(a: list[float] | None, b: list[float] | None) -> list[float]:
+    """a's time over b's, round by round (both ran the same rounds); [] where they did not."""
+    return [x / y for x, y in zip(a, b)] if a and b and len(a) == len(b) else []
 
 
 def paired(a: list[float] | None, b: list[float] | None, ta: float, tb: float) -> float:
     """a's time over b's: the median of the per-round ratios where both ran the same rounds (a
     burst of load that slows one round slows both), else the ratio of the medians."""
-    if a and b and len(a) == len(b):
-        return statistics.median(x / y for x, y in zip(a, b))
-    return ta / tb
+    r = per_round(a, b)
+    return statistics.median(r) if r else ta / tb
 
 
 def cells(rows: list[dict]) -> list[dict]:
@@ -60,6 +65,11 @@ def cells(rows: list[dict]) -> list[dict]:
         if "auto" in t and "none" in t and fixed:
             c["best_fixed"] = min(fixed, key=fixed.get)
             c["auto_over_exact"] = paired(rd["auto"], rd["none"], t["auto"], t["none"])
+            tw_auto, tw_exact = c["twins"].get(("auto", "auto")), c["twins"].get(("none", "auto"))
+            if tw_auto and tw_exact:  # both pairs' rounds: twice the samples, and either pair's luck halved
+                both = per_round(rd["auto"], rd["none"]) + per_round(tw_auto.get("times_us"), tw_exact.get("times_us"))
+                if both:
+                    c["auto_over_exact"] = statistics.median(both)
             c["auto_over_best"] = paired(rd["auto"], rd[c["best_fixed"]], t["auto"], fixed[c["best_fixed"]])
             if c.get("chose") in fixed:
                 c["same_way"] = paired(rd["auto"], rd[c["chose"]], t["auto"], t[c["chose"]])
@@ -130,7 +140,7 @@ def summary(cs: list[dict], errs: list[dict]) -> list[tuple[str, str, bool | Non
     # can be told from noise on the machine at hand.
     twins = [abs(v - 1) for c in cs for v in c.get("twin_ratios", {}).values()]
     if twins:
-        lines.append(("noise: a fixed configuration vs its twin (q4; forced ring), median / worst |ratio - 1|",
+        lines.append(("noise: a configuration vs its twin (exact, auto, q4, forced ring), median / worst |ratio - 1|",
                       f"{statistics.median(twins):.1%} / {max(twins):.1%} ({len(twins)} pairs)", None))
         lines.append(("noise: twins beyond 3 % / 5 % / 10 %",
                       " / ".join(f"{sum(t > m for t in twins)}" for m in (0.03, 0.05, 0.10)) + f" of {len(twins)} pairs",
@@ -156,7 +166,8 @@ def _md(header: dict, cs: list[dict], errs: list[dict]) -> str:
            "Times (us): per size, every configuration runs once per round, in turn (so load on the shared machine hits "
            "all alike), after untimed warm-up rounds and settling rounds (until every group's last 3 calls ran by price, at most "
            "40 and no longer than the warm-up; settle_rounds in the JSON rows); a call's time is the slowest rank's, a configuration's the median "
-           "over the timed rounds; ratios are medians of the per-round ratios. Where auto chose one way in every timed call, "
+           "over the timed rounds; ratios are medians of the per-round ratios (auto/exact: over the rounds of both pairs, "
+           "auto over exact and their twins). Where auto chose one way in every timed call, "
            "auto over that fixed way (the same work twice) shows the cell's noise (columns 'same'). min_numel=0: every fixed codec compresses at every size. auto = codec 'auto' "
            "(= auto:q4); exact = codec none, algorithm auto.", "",
            "| must hold | value | ok |", "|---|---:|---|"]

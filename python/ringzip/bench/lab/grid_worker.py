@@ -30,6 +30,8 @@ def _groups(spec):
     out = {}
     for cfg in spec["configs"]:
         kw = {"min_numel": 0, "codec": cfg["codec"]}
+        if spec.get("transport"):
+            kw["transport"] = spec["transport"]
         if cfg["algorithm"] != "auto":
             kw["algorithm"] = cfg["algorithm"]
         out[cfg["key"]] = dist.new_group(backend="ringzip", pg_options=ringzip.Options(**kw))
@@ -119,6 +121,7 @@ def main(argv=None) -> int:
             col = [t[j] for t in times]
             row = {"op": "allreduce", "size_bytes": size, "dtype": "float32", "backend": "ringzip", "codec": cfg["codec"],
                    "algorithm": cfg["algorithm"], "twin": bool(cfg.get("twin")), "nproc": n, "iters": len(col),
+                   "transport": ringzip.get_options(g).transport,
                    "settle_rounds": settle,
                    "time_us": statistics.median(col) * 1e6,
                    "times_us": [t * 1e6 for t in col], **_auto(ringzip, g, before[key])}
