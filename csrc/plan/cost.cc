@@ -37,9 +37,8 @@ double ceil_div(double a, double b) { return std::ceil(a / b); }
 // run ended at 5-8 Gbit/s), so only calls that move 1 MiB through the busiest link teach it.
 // Except where the host's copies bound the call (shared memory) and the model gives them little
 // of it: there the rest of a compressed call is ranks waiting for cores and for each other, not
-// bytes; such a link does not change rate under a codec either. (It does not stop the link rate
-// of codec="auto" over shared memory from running away once a star call taught a slower link:
-// docs/algorithms.md, "Known and not fixed".)
+// bytes; such a link does not change rate under a codec either. (On one host the tuner takes no
+// rate from compressed calls at all: plan/tuner.cc learn, docs/algorithms.md "One host".)
 std::optional<LinkSample> link_sample(const Estimate& e, double seconds, double codec_seconds, double compute) {
   const bool host_light = e.host_bound && e.wire < 0.25 * e.total;
   if (e.wire_bytes < kLinkSampleBytes || host_light || seconds - codec_seconds - e.latency < 0.25 * seconds) return {};

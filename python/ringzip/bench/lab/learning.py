@@ -127,7 +127,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     if args.report:
         doc = json.loads(Path(args.report).read_text())
-        return _report(args, list(doc["series"]), doc["series"], head=doc["header"])
+        return _report(args, list(doc["series"]), doc["series"], head=doc["header"], tuner=doc.get("tuner"))
 
     from ..launch import Launcher, log_tail
     from ..netem import open_env
@@ -135,6 +135,7 @@ def main(argv=None) -> int:
     rate, delay = parse_net(args.net)
     rows = args.rows.split(",")
     series: dict[str, list[list[dict]]] = {r: [] for r in rows}
+    tuner: dict[str, list[dict]] = {}  # per ringzip row and run: the tuner's summary at the end (DDP rows)
     with open_env(args.nproc, rate, delay, log=log) as net:
         for rnd in range(args.repeat):
             for row in rows:
@@ -143,19 +144,28 @@ def main(argv=None) -> int:
                             "events": f"{tmp}/events.jsonl", "ddp": args.ddp, "hidden": args.hidden}
                     Path(f"{tmp}/spec.json").write_text(json.dumps(spec))
                     calls = []
+
+                    def on_event(ev, row=row):
+                        if ev.get("event") == "call":
+                            calls.append(ev)
+                        elif ev.get("event") == "auto":
+                            tuner.setdefault(row, []).append({k: ev.get(k) for k in TUNER_FIELDS})
+                            log(f"[learning] {row} chose: {ev.get('way_choices')}, refreshes {ev.get('refreshes')}")
+
                     res = Launcher(args.nproc, Path(tmp), net).run(
-                        "ringzip.bench.lab.learning", ["rank", f"{tmp}/spec.json"], Path(spec["events"]), 600.0,
-                        lambda ev: calls.append(ev) if ev.get("event") == "call" else
-                        log(f"[learning] {row} chose: {ev.get('way_choices')}, refreshes {ev.get('refreshes')}") if ev.get("event") == "auto" else None)
+                        "ringzip.bench.lab.learning", ["rank", f"{tmp}/spec.json"], Path(spec["events"]), 600.0, on_event)
                     if not res.ok:
                         log(f"[learning] {row} failed: {res.reason}\n{log_tail(res.logs)}")
                         return 1
                     series[row].append(calls)
                     log(f"[learning] round {rnd} {row}: " + " ".join(f"{c['ms']:.0f}" for c in calls))
-    return _report(args, rows, series)
+    return _report(args, rows, series, tuner=tuner)
 
 
-def _report(args, rows, series, head: str | None = None) -> int:
+TUNER_FIELDS = ("calls", "refreshes", "refresh_seconds", "explorations", "tours", "changes", "way_choices")
+
+
+def _report(args, rows, series, head: str | None = None, tuner: dict | None = None) -> int:
     gloo = [c["ms"] for run in series.get("gloo", []) for c in run]
     gloo_median = statistics.median(gloo) if gloo else None
     what = (f"DDP training of the {args.hidden}-wide MLP, {args.ddp} steps of fresh processes" if args.ddp else
@@ -189,6 +199,22 @@ def _report(args, rows, series, head: str | None = None) -> int:
         summary["auto_over_best_fixed"] = {"best_fixed": best, "ratio": auto / fixed[best]}
         lines += ["", f"Default options (the tuner) over the best fixed row ({best}), median totals: "
                   f"{auto / fixed[best]:.3f}."]
+        # The rows alternate within a round (one load, one link for both): the per-round ratios.
+        pairs = list(zip(summary["ringzip"], summary[best]))
+        if pairs:
+            total = [a["total_ms"] / b["total_ms"] for a, b in pairs]
+            step = [a["median_ms"] / b["median_ms"] for a, b in pairs]
+            summary["auto_over_best_fixed"].update(per_round=total, per_round_median=statistics.median(total),
+                                                   median_step_per_round=step)
+            lines.append(f"Per round (the rows alternate): totals {', '.join(f'{r:.3f}' for r in total)} (median "
+                         f"{statistics.median(total):.3f}); median steps {', '.join(f'{r:.3f}' for r in step)}.")
+    if tuner:
+        lines += ["", "The tuner at the end of each run:", ""]
+    for row, runs in (tuner or {}).items():
+        for k, t in enumerate(runs):
+            lines.append(f"- {row} run {k}: the tuner ran {t.get('calls')} calls, {t.get('refreshes')} agreements "
+                         f"(the last took {1e3 * (t.get('refresh_seconds') or 0):.1f} ms), "
+                         f"{t.get('explorations')} explorations, {t.get('tours')} tours; ways {t.get('way_choices')}")
     lines += ["", "Per call (ms; `*`: run to be measured, not chosen by price):", ""]
     for row in rows:
         for k, run in enumerate(series[row]):
@@ -198,7 +224,8 @@ def _report(args, rows, series, head: str | None = None) -> int:
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / f"{args.stem}.md").write_text("\n".join(lines) + "\n")
     (out_dir / f"{args.stem}.json").write_text(json.dumps(
-        {"header": head, "gloo_median_ms": gloo_median, "summary": summary, "series": series}, indent=1))
+        {"header": head, "gloo_median_ms": gloo_median, "summary": summary, "series": series, "tuner": tuner or {}},
+        indent=1))
     log(f"[learning] wrote {out_dir / args.stem}.md/.json")
     return 0
 
