@@ -1,18 +1,22 @@
 """Soak test of the ringzip backend: many mixed collectives, checked, with resource accounting.
 
-Every rank runs two process groups (the default group and a second ringzip group) from two
-threads at once. Each thread follows the same seeded schedule on every rank: a codec (all of
-them, exact included), a collective (all_reduce sync/async, all_gather, broadcast,
+Every rank runs two process groups (the default group, over shared memory between the ranks of
+a node, and a second ringzip group over Gloo's TCP: --second-transport) from two threads at once.
+With --nodes K the ranks form K emulated nodes (RINGZIP_NODE_ID) and the default group runs
+node-aware (hierarchy="node"). Each thread follows the same seeded schedule on every rank: a
+codec (all of them, exact and "auto" included), a collective (all_reduce sync/async, all_gather, broadcast,
 reduce_scatter, barrier) and a size from 0 to 16 MB. Results are checked after every call:
 exact codecs exactly (inputs are small integers), lossy codecs against an error bound, and a
 CRC of every result is compared across ranks at the end (all ranks must hold identical bits).
 Buffers are reused per size, as DDP reuses its buckets. Resident memory is sampled after a
 warm-up (a pass that touches every buffer and residual once, then --warmup, default 10%, of
 the random calls) and at the end; threads and file descriptors are
-counted before init and after destroy_process_group.
+counted before init and after destroy_process_group, and no shared-memory segment of the ranks
+may be left in /dev/shm.
 
     python -m ringzip.bench.lab.soak                       # full run: 20000 collectives, 2 ranks
     python -m ringzip.bench.lab.soak --collectives 2000    # the short version the test suite runs
+    python -m ringzip.bench.lab.soak --world 4 --nodes 2   # node-aware on two emulated nodes
 
 Exit status 0 when every check passed and memory grew < --max-growth after warm-up; a JSON
 summary goes to stdout (and --json FILE).
@@ -33,7 +37,7 @@ from pathlib import Path
 
 from ..launch import log_tail, run_once
 
-CODECS = ["none", "fp16", "bf16", "q8", "q4", "q2", "q1", "topk:0.05", "randomk:0.05"]
+CODECS = ["none", "fp16", "bf16", "q8", "q4", "q2", "q1", "topk:0.05", "randomk:0.05", "auto"]
 # float32 element counts up to 16 MB, weighted toward the small sizes real workloads issue most
 SIZES = [0, 1, 3, 17, 100, 1000, 4097, 16384, 65537, 262144, 1_000_003, 4_194_304]
 WEIGHTS = [3, 4, 4, 4, 6, 6, 6, 6, 5, 4, 2, 1]
@@ -42,7 +46,8 @@ OPS = ["allreduce", "allreduce", "allreduce_async", "allgather", "broadcast", "r
 # unbiased q-codecs get a real bound; the biased ones run with error feedback, so one call's
 # output also carries earlier calls' residuals: only a sanity bound (accuracy is tested in
 # tests/collective); their integrity check is the cross-rank CRC of every result.
-REL_BOUND = {"q8": 0.05, "q4": 0.35, "q2": 1.0, "q1": None, "topk:0.05": None, "randomk:0.05": None}
+# "auto" chooses among exact, fp16, bf16, q8 and q4 per call: q4's bound.
+REL_BOUND = {"q8": 0.05, "q4": 0.35, "q2": 1.0, "q1": None, "topk:0.05": None, "randomk:0.05": None, "auto": 0.35}
 
 
 def rss() -> int:
@@ -193,10 +198,14 @@ def rank_main(args) -> dict:
 
     torch.set_num_threads(1)
     before = counts()
-    opts = ringzip.Options(min_numel=1024, timeout=timedelta(seconds=args.timeout))
+    if args.nodes > 1:  # contiguous blocks of ranks per emulated node
+        os.environ["RINGZIP_NODE_ID"] = f"soak-node-{args.rank * args.nodes // args.world}"
+    timeout = timedelta(seconds=args.timeout)
+    opts = ringzip.Options(min_numel=1024, timeout=timeout, hierarchy="node" if args.nodes > 1 else "auto")
     dist.init_process_group("ringzip", init_method="file://" + args.store, rank=args.rank,
                             world_size=args.world, pg_options=opts)
-    g2 = dist.new_group(backend="ringzip", pg_options=opts)
+    g2 = dist.new_group(backend="ringzip", pg_options=ringzip.Options(min_numel=1024, timeout=timeout,
+                                                                      transport=args.second_transport))
     per = args.collectives // 2
     warm_at = int(per * args.warmup)  # after the warm-up pass (Worker.run)
     workers = [Worker(0, None, per, args.seed, args.rank, args.world),
@@ -223,6 +232,7 @@ def rank_main(args) -> dict:
     after = counts()
     return {
         "rank": args.rank,
+        "pid": os.getpid(),
         "collectives": sum(w.done for w in workers),
         "warmup_pass_collectives": sum(w.prewarm for w in workers),
         "errors": [e for w in workers for e in w.errors][:20],
@@ -243,6 +253,8 @@ def rank_main(args) -> dict:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--world", type=int, default=2)
+    ap.add_argument("--nodes", type=int, default=1, help="emulated nodes (RINGZIP_NODE_ID); >1: node-aware default group")
+    ap.add_argument("--second-transport", default="gloo", help="the second group's transport (auto, gloo, shm)")
     ap.add_argument("--collectives", type=int, default=20000)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--warmup", type=float, default=0.1,
@@ -253,6 +265,8 @@ def main(argv=None) -> int:
     ap.add_argument("--json")
     ap.add_argument("--as-rank", metavar="DIR", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.nodes < 1 or args.world % args.nodes:
+        ap.error(f"--nodes {args.nodes} must divide --world {args.world} (equal nodes)")
     if args.as_rank:
         args.rank, args.store = int(os.environ["RANK"]), os.path.join(args.as_rank, "store")
         res = rank_main(args)
@@ -286,9 +300,15 @@ def main(argv=None) -> int:
         if t1 > t0 + 1 or f1 > f0:
             problems.append(f"rank {r}: threads/fds {t0}/{f0} before init, {t1}/{f1} after destroy")
     good = [r for r in ranks if r]
+    # Shared-memory segments are named /dev/shm/ringzip-<pid>-... (csrc/transport/shm/segment.cc);
+    # a rank unlinks its own once every peer mapped it, so none of the ranks' may remain.
+    left = [f for f in os.listdir("/dev/shm") for r in good if f.startswith(f"ringzip-{r['pid']}-")]
+    if left:
+        problems.append(f"shared-memory segments left in /dev/shm: {left[:5]}")
     if len({json.dumps(r["crc"]) for r in good}) > 1:
         problems.append("ranks hold different result bits")
-    summary = {"world": args.world, "collectives": args.collectives, "seed": args.seed,
+    summary = {"world": args.world, "nodes": args.nodes, "second_transport": args.second_transport,
+               "collectives": args.collectives, "seed": args.seed,
                "ok": not problems, "problems": problems[:20], "ranks": ranks}
     text = json.dumps(summary, indent=1)
     print(text)
