@@ -12,9 +12,13 @@ case $KIND in address) DIR=build/asan; LIB=libasan.so;; thread) DIR=build/tsan; 
   *) echo "address or thread" >&2; exit 2;; esac
 PY=${PYTHON:-python}
 if [ "${1:-}" != "run" ]; then
-  cmake -S . -B "$DIR" -G Ninja -DPython_EXECUTABLE="$(command -v "$PY")" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-    -DRINGZIP_SANITIZER="$KIND" >/dev/null
-  RINGZIP_CUDA=0 cmake --build "$DIR" -j "${JOBS:-2}"
+  # Host code only (the sanitizers do not instrument device code), configured so too.
+  export RINGZIP_CUDA=0
+  PYABS=$(command -v "$PY")  # absolute, but not resolved: a venv's python is a link to its base
+  case $PYABS in /*) ;; *) PYABS=$PWD/$PYABS;; esac
+  cmake -S . -B "$DIR" -G Ninja -DPython_EXECUTABLE="$PYABS" \
+    -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRINGZIP_SANITIZER="$KIND" >/dev/null
+  cmake --build "$DIR" -j "${JOBS:-2}"
   exit 0
 fi
 shift

@@ -186,7 +186,7 @@ Tensors collective(const std::string& op, const Tensors& inputs, const std::stri
   } else if (op == "scatter") {  // root's input: n equal chunks; rank i gets chunk i
     const int64_t m = w[root].numel() / n;
     for (int r = 0; r < n; ++r) out[r] = r == root ? w[root].narrow(0, m * r, m).clone() : w[root].new_zeros({m});
-    body = [&](int r, Comm& c) {
+    body = [&, m](int r, Comm& c) {  // m by value: the body runs after this block (run_ranks below)
       std::vector<const void*> chunks;
       for (int i = 0; i < n; ++i) chunks.push_back(static_cast<const char*>(w[root].data_ptr()) + i * m * esz);
       scatter(c, chunks, out[r].data_ptr(), m * esz, root);
