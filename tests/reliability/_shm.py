@@ -16,23 +16,10 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-PREFIX = "ringzip-"
+from ringzip.bench.common import SHM_PREFIX as PREFIX
+from ringzip.bench.common import shm_segments as segments
+
 CODECS = ["none", "fp16", "bf16", "q8", "q4", "q2", "q1", "topk:0.01", "randomk:0.01"]
-
-
-def segments(pids=None) -> list[str]:
-    """Names of ringzip segments in /dev/shm (of these pids only, when given)."""
-    out = []
-    for f in os.listdir("/dev/shm"):
-        if not f.startswith(PREFIX):
-            continue
-        try:
-            pid = int(f[len(PREFIX):].split("-")[0])
-        except ValueError:
-            pid = -1
-        if pids is None or pid in pids:
-            out.append(f)
-    return sorted(out)
 
 
 def pid_namespace() -> int:

@@ -89,6 +89,24 @@ def parse_key_values(items: list[str], flag: str = "--ropt") -> dict:
     return out
 
 
+SHM_PREFIX = "ringzip-"  # /dev/shm/ringzip-<pid>-<pid namespace, hex>-<random> (csrc/transport/shm/segment.cc)
+
+
+def shm_segments(pids=None) -> list[str]:
+    """Names of ringzip's shared-memory segments in /dev/shm (of these pids only, when given)."""
+    out = []
+    for f in os.listdir("/dev/shm"):
+        if not f.startswith(SHM_PREFIX):
+            continue
+        try:
+            pid = int(f[len(SHM_PREFIX):].split("-")[0])
+        except ValueError:
+            pid = -1
+        if pids is None or pid in pids:
+            out.append(f)
+    return sorted(out)
+
+
 def split_list(text: str | None) -> list[str]:
     if text is None:
         return []

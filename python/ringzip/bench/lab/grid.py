@@ -37,7 +37,7 @@ DEFAULTS = dict(sizes="64K,1M,4M,16M,64M", links="loopback,10gbit,3gbit,1gbit", 
 
 
 TWINS = (("none", "auto"), ("auto", "auto"), ("q4", "auto"), ("none", "ring"))
-LOCAL_LINKS = {"loopback": None, "tcp": "gloo"}  # one host: the link name -> the groups' transport
+LOCAL_LINKS = grid_report.LOCAL_LINKS
 
 
 def add_arguments(p) -> None:

@@ -10,12 +10,16 @@ from ..common import fmt_bytes
 FIXED = ("none", "bf16", "fp16", "q8", "q4", "q2", "q1")
 
 
-def link_order(link: str) -> float:
+# The one-host links, in report order: link name -> the groups' transport (None: the default,
+# shared memory between the ranks).
+LOCAL_LINKS = {"loopback": None, "tcp": "gloo"}
+
+
+def link_order(link: str) -> tuple:
     """The one-host links first (shared memory, then TCP), then the emulated rates, fastest first."""
     from ..common import parse_rate_bits
 
-    local = {"loopback": float("-inf"), "tcp": -1e30}
-    return local[link] if link in local else -parse_rate_bits(link)
+    return (0, list(LOCAL_LINKS).index(link)) if link in LOCAL_LINKS else (1, -parse_rate_bits(link))
 
 
 def per_round(a: list[float] | None, b: list[float] | None) -> list[float]:
@@ -64,12 +68,10 @@ def cells(rows: list[dict]) -> list[dict]:
         fixed = {k: v for k, v in t.items() if k in FIXED}
         if "auto" in t and "none" in t and fixed:
             c["best_fixed"] = min(fixed, key=fixed.get)
-            c["auto_over_exact"] = paired(rd["auto"], rd["none"], t["auto"], t["none"])
-            tw_auto, tw_exact = c["twins"].get(("auto", "auto")), c["twins"].get(("none", "auto"))
-            if tw_auto and tw_exact:  # both pairs' rounds: twice the samples, and either pair's luck halved
-                both = per_round(rd["auto"], rd["none"]) + per_round(tw_auto.get("times_us"), tw_exact.get("times_us"))
-                if both:
-                    c["auto_over_exact"] = statistics.median(both)
+            # Over both pairs' rounds where the twins ran: twice the samples, either pair's luck halved.
+            tw_auto, tw_exact = c["twins"].get(("auto", "auto"), {}), c["twins"].get(("none", "auto"), {})
+            both = per_round(rd["auto"], rd["none"]) + per_round(tw_auto.get("times_us"), tw_exact.get("times_us"))
+            c["auto_over_exact"] = statistics.median(both) if both else t["auto"] / t["none"]
             c["auto_over_best"] = paired(rd["auto"], rd[c["best_fixed"]], t["auto"], fixed[c["best_fixed"]])
             if c.get("chose") in fixed:
                 c["same_way"] = paired(rd["auto"], rd[c["chose"]], t["auto"], t[c["chose"]])

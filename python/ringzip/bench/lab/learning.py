@@ -92,6 +92,7 @@ def _ddp_rank(spec, g, rank) -> int:
 
 
 LEARNING_CALLS = 30  # the first calls, where learning is expected; after them only re-measurement
+TUNER_FIELDS = ("calls", "refreshes", "refresh_seconds", "explorations", "tours", "changes", "way_choices")
 
 
 def summarize(run: list[dict], gloo_median: float | None) -> dict:
@@ -160,9 +161,6 @@ def main(argv=None) -> int:
                     series[row].append(calls)
                     log(f"[learning] round {rnd} {row}: " + " ".join(f"{c['ms']:.0f}" for c in calls))
     return _report(args, rows, series, tuner=tuner)
-
-
-TUNER_FIELDS = ("calls", "refreshes", "refresh_seconds", "explorations", "tours", "changes", "way_choices")
 
 
 def _report(args, rows, series, head: str | None = None, tuner: dict | None = None) -> int:

@@ -35,6 +35,7 @@ import zlib
 from datetime import timedelta
 from pathlib import Path
 
+from ..common import shm_segments
 from ..launch import log_tail, run_once
 
 CODECS = ["none", "fp16", "bf16", "q8", "q4", "q2", "q1", "topk:0.05", "randomk:0.05", "auto"]
@@ -300,9 +301,8 @@ def main(argv=None) -> int:
         if t1 > t0 + 1 or f1 > f0:
             problems.append(f"rank {r}: threads/fds {t0}/{f0} before init, {t1}/{f1} after destroy")
     good = [r for r in ranks if r]
-    # Shared-memory segments are named /dev/shm/ringzip-<pid>-... (csrc/transport/shm/segment.cc);
-    # a rank unlinks its own once every peer mapped it, so none of the ranks' may remain.
-    left = [f for f in os.listdir("/dev/shm") for r in good if f.startswith(f"ringzip-{r['pid']}-")]
+    # A rank unlinks its segment once every peer mapped it: none of the ranks' may remain.
+    left = shm_segments({r["pid"] for r in good})
     if left:
         problems.append(f"shared-memory segments left in /dev/shm: {left[:5]}")
     if len({json.dumps(r["crc"]) for r in good}) > 1:
