@@ -96,7 +96,14 @@ def rank_same_port(proc, nprocs, tmp, port):
         mapped = [name for _, name in mapped_segments(os.getpid())]
         touch(os.path.join(tmp, f"running{rank}"))
         calls, stop = 0, time.monotonic() + 60
-        while time.monotonic() < stop and not all(os.path.exists(os.path.join(tmp, f"failed{r}")) for r in (0, 1)):
+        while True:
+            # Both ranks stop after the same call: each seeing the files on its own, one ran an
+            # all-reduce more than the other, which the mismatch check then reported.
+            done = time.monotonic() >= stop or all(os.path.exists(os.path.join(tmp, f"failed{r}")) for r in (0, 1))
+            flag = torch.tensor([1.0 if done else 0.0])
+            dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+            if flag.item():
+                break
             x = _job_values(0, rank, 1000)
             dist.all_reduce(x)
             assert torch.equal(x, _expected(0, 2, 1000)), (calls, x[:4])
