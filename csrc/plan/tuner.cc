@@ -246,6 +246,7 @@ void Tuner::agree(Comm& c, const std::vector<CodecCandidate>* candidates) {
     m.bytes = sample_bytes_[key];
     m.wire = sample_wire_[key];
     if (dirty_.count(key)) m.stamp = calls_;
+    expired_.erase(key);  // measured again
   }
   follow_changes(running);
   for (auto it = measured_.begin(); it != measured_.end();) {  // stale: measure again when plausible
@@ -253,6 +254,7 @@ void Tuner::agree(Comm& c, const std::vector<CodecCandidate>* candidates) {
       ++it;
       continue;
     }
+    if (it->second.samples > 0) expired_[it->first] = it->second;  // a price moved by a change is a guess
     seconds_.erase(it->first);
     sample_bytes_.erase(it->first);
     sample_wire_.erase(it->first);

@@ -27,7 +27,8 @@
 // learn: where the model is wrong it is fixed, not explored around (tuner_choice.cc).
 // A way's first call at a size class is not timed (one-time costs), so a try is two calls.
 // Measurements expire after 128 calls without a new sample, so a way that got faster is found
-// again. Where the running way's price grows 2x between two refreshes and the refresh after
+// again: by price (the model's, as unmeasured), or measured again where both that price and the
+// one it expired at lie within 1.2x of the best (a re-measurement costs at most that). Where the running way's price grows 2x between two refreshes and the refresh after
 // the class's next three timed calls finds it so still (a lasting slowdown of the link or the
 // host, not a burst), its size class's other prices move by what the change added per link byte and every
 // candidate runs once again (tuner.cc, kChange). Whether a way is tried depends
@@ -218,6 +219,9 @@ class Tuner {
   double refresh_seconds_ = 0;  // agreed: the ranks' mean time of the previous agreement
   std::map<std::string, cost::CodecSpeed> codecs_;
   std::map<std::string, Measured> measured_;
+  // Keys whose measurement expired, at their last agreed price: an expired way is measured again
+  // only where that price, too, lies within kResample of the best (tuner_choice.cc).
+  std::map<std::string, Measured> expired_;
   Summary summary_;  // its counts and last call (summary() adds the rest)
 };
 

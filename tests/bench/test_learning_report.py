@@ -30,3 +30,14 @@ def test_report_pairs_the_rounds_and_keeps_the_tuner_summary(tmp_path):
     assert doc["tuner"] == tuner
     md = (tmp_path / "l.md").read_text()
     assert "Per round (the rows alternate)" in md and "9 agreements (the last took 2.0 ms)" in md
+
+
+def test_rows_name_the_algorithm_and_the_codec():
+    import ringzip
+
+    assert learning._row_options("gloo") == ("gloo", None)  # noqa: SLF001
+    for row, algo, codec in (("ringzip:ring", "ring", None), ("ringzip+q4", None, "q4"),
+                             ("ringzip:tree+auto", "tree", "auto")):
+        backend, opts = learning._row_options(row)  # noqa: SLF001
+        want = ringzip.Options(**{k: v for k, v in (("algorithm", algo), ("codec", codec)) if v})
+        assert backend == "ringzip" and (opts.algorithm, opts.codec) == (want.algorithm, want.codec), (row, opts)

@@ -6,7 +6,8 @@
 Each row is its own launch (fresh processes, as a user's script starts): every rank in its own
 network namespace (ringzip.bench.netem), --calls SUM all-reduces of --size float32, each timed on
 rank 0 between barriers. Rows (--rows): `gloo`; `ringzip` (default options: the tuner chooses);
-`ringzip:ALGO` (a named algorithm: the fixed choices). Rows alternate over --repeat rounds. The
+`ringzip:ALGO` (a named algorithm: the fixed choices); `+CODEC` after either names the group's
+codec (`ringzip+auto` against `ringzip+q4`: --tuned names the row compared). Rows alternate over --repeat rounds. The
 report (<out-dir>/<stem>.{md,json}) gives every call's time and, per ringzip row, the calls above
 1.5x gloo's median and what the calls above the row's steady state (its median over the last
 third) added to the total. With --ddp STEPS a row is a DDP training run instead (the synthetic
@@ -30,10 +31,13 @@ from ..rank import Events, join, leave, load_spec
 
 
 def _row_options(row: str):
+    """`backend[:algorithm][+codec]` -> (backend, ringzip.Options or None)."""
     import ringzip
 
+    row, _, codec = row.partition("+")
     backend, _, algo = row.partition(":")
-    return backend, (ringzip.Options(algorithm=algo) if algo else None)
+    kw = {k: v for k, v in (("algorithm", algo), ("codec", codec)) if v}
+    return backend, (ringzip.Options(**kw) if kw else None)
 
 
 def rank_main(spec_path: str) -> int:
@@ -119,6 +123,7 @@ def main(argv=None) -> int:
     p.add_argument("--size", default="48M")
     p.add_argument("--calls", type=int, default=30)
     p.add_argument("--rows", default="gloo,ringzip,ringzip:ring")
+    p.add_argument("--tuned", default="ringzip", help="the row compared with the best of the other ringzip rows")
     p.add_argument("--repeat", type=int, default=2)
     p.add_argument("--ddp", type=int, default=0, metavar="STEPS", help="rows are DDP runs of this many steps")
     p.add_argument("--hidden", type=int, default=2048, help="--ddp: the MLP's width (2048: 17 MiB of gradients)")
@@ -167,10 +172,11 @@ def _report(args, rows, series, head: str | None = None, tuner: dict | None = No
     gloo = [c["ms"] for run in series.get("gloo", []) for c in run]
     gloo_median = statistics.median(gloo) if gloo else None
     what = (f"DDP training of the {args.hidden}-wide MLP, {args.ddp} steps of fresh processes" if args.ddp else
-            f"exact SUM all-reduce of {args.size} float32, the first {args.calls} calls of fresh processes")
+            f"SUM all-reduce of {args.size} float32, the first {args.calls} calls of fresh processes")
     cmd = (f"python -m ringzip.bench.lab.learning -n {args.nproc} --net {args.net} "
            + (f"--ddp {args.ddp} --hidden {args.hidden}" if args.ddp else f"--size {args.size} --calls {args.calls}")
-           + f" --rows {args.rows} --repeat {args.repeat}")
+           + f" --rows {args.rows} --repeat {args.repeat}"
+           + (f" --tuned {args.tuned}" if getattr(args, "tuned", "ringzip") != "ringzip" else ""))
     head = head or (f"{time.strftime('%Y-%m-%d %H:%M')}; CPU {cpu_model()} x {os.cpu_count()}; {args.nproc} ranks, "
                     f"one per emulated machine, {args.net}; {what}; command: {cmd}")
     lines = ["# What learning costs: the first calls of a fresh job", "", head, "",
@@ -190,15 +196,17 @@ def _report(args, rows, series, head: str | None = None, tuner: dict | None = No
                          f"{s['first_over_steady']:.2f} | " + (f"{later['tried']} / {later['above_1_2x_steady']} of "
                                                               f"{later['calls']} / {later['worst_over_steady']:.2f}"
                                                               if later else "") + " |")
-    fixed = {r: statistics.median(x["total_ms"] for x in summary[r]) for r in rows if ":" in r}
-    if "ringzip" in summary and fixed:
+    tuned = getattr(args, "tuned", "ringzip")
+    fixed = {r: statistics.median(x["total_ms"] for x in summary[r]) for r in rows
+             if r.startswith("ringzip") and r != tuned}
+    if tuned in summary and fixed:
         best = min(fixed, key=fixed.get)
-        auto = statistics.median(x["total_ms"] for x in summary["ringzip"])
+        auto = statistics.median(x["total_ms"] for x in summary[tuned])
         summary["auto_over_best_fixed"] = {"best_fixed": best, "ratio": auto / fixed[best]}
-        lines += ["", f"Default options (the tuner) over the best fixed row ({best}), median totals: "
+        lines += ["", f"{tuned} (the tuner) over the best fixed row ({best}), median totals: "
                   f"{auto / fixed[best]:.3f}."]
         # The rows alternate within a round (one load, one link for both): the per-round ratios.
-        pairs = list(zip(summary["ringzip"], summary[best]))
+        pairs = list(zip(summary[tuned], summary[best]))
         if pairs:
             total = [a["total_ms"] / b["total_ms"] for a, b in pairs]
             step = [a["median_ms"] / b["median_ms"] for a, b in pairs]
