@@ -15,7 +15,7 @@ def _run(first, rest, n=30):
 
 def test_report_pairs_the_rounds_and_keeps_the_tuner_summary(tmp_path):
     series = {"ringzip": [_run(500, 110), _run(400, 100)], "ringzip:ring": [_run(120, 100), _run(120, 100)]}
-    tuner = {"ringzip": [{"calls": 60, "refreshes": 9, "refresh_seconds": 0.002, "explorations": 1, "tours": 1,
+    tuner = {"ringzip": [{"calls": 60, "refreshes": 9, "refresh_s": 0.002, "explorations": 1, "tours": 1,
                           "changes": 0, "way_choices": {"ring": 60}}] * 2}
     args = argparse.Namespace(hidden=2048, ddp=30, size="16M", calls=30, nproc=3, net="1gbit",
                               rows="ringzip,ringzip:ring", repeat=2, out_dir=str(tmp_path), stem="l")
@@ -29,7 +29,7 @@ def test_report_pairs_the_rounds_and_keeps_the_tuner_summary(tmp_path):
     assert abs(first["excess_over_steady"] - 390 / (500 + 29 * 110)) < 1e-12 and first["steady_ms"] == 110
     assert doc["tuner"] == tuner
     md = (tmp_path / "l.md").read_text()
-    assert "Per round (the rows alternate)" in md and "9 agreements (the last took 2.0 ms)" in md
+    assert "Per round (the rows alternate)" in md and "9 agreements (the last took 2.00 ms)" in md
 
 
 def test_rows_name_the_algorithm_and_the_codec():

@@ -96,7 +96,7 @@ def _ddp_rank(spec, g, rank) -> int:
 
 
 LEARNING_CALLS = 30  # the first calls, where learning is expected; after them only re-measurement
-TUNER_FIELDS = ("calls", "refreshes", "refresh_seconds", "explorations", "tours", "changes", "way_choices")
+TUNER_FIELDS = ("calls", "refreshes", "refresh_s", "explorations", "tours", "changes", "way_choices")
 
 
 def summarize(run: list[dict], gloo_median: float | None) -> dict:
@@ -154,7 +154,7 @@ def main(argv=None) -> int:
                     def on_event(ev, row=row):
                         if ev.get("event") == "call":
                             calls.append(ev)
-                        elif ev.get("event") == "auto":
+                        elif ev.get("event") == "auto" and ev.get("calls") is not None:  # a tuned group
                             tuner.setdefault(row, []).append({k: ev.get(k) for k in TUNER_FIELDS})
                             log(f"[learning] {row} chose: {ev.get('way_choices')}, refreshes {ev.get('refreshes')}")
 
@@ -218,9 +218,12 @@ def _report(args, rows, series, head: str | None = None, tuner: dict | None = No
         lines += ["", "The tuner at the end of each run:", ""]
     for row, runs in (tuner or {}).items():
         for k, t in enumerate(runs):
-            lines.append(f"- {row} run {k}: the tuner ran {t.get('calls')} calls, {t.get('refreshes')} agreements "
-                         f"(the last took {1e3 * (t.get('refresh_seconds') or 0):.1f} ms), "
-                         f"{t.get('explorations')} explorations, {t.get('tours')} tours; ways {t.get('way_choices')}")
+            if t.get("calls") is None:  # a named algorithm: no tuner
+                continue
+            took = f" (the last took {1e3 * t['refresh_s']:.2f} ms)" if t.get("refresh_s") is not None else ""
+            lines.append(f"- {row} run {k}: the tuner ran {t.get('calls')} calls, {t.get('refreshes')} agreements"
+                         f"{took}, {t.get('explorations')} explorations, {t.get('tours')} tours; "
+                         f"ways {t.get('way_choices')}")
     lines += ["", "Per call (ms; `*`: run to be measured, not chosen by price):", ""]
     for row in rows:
         for k, run in enumerate(series[row]):
