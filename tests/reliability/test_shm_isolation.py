@@ -186,7 +186,7 @@ def test_a_job_restarted_on_the_store_of_one_killed_in_setup(tmp_path):
     """The killed job's rank 0 took generation 1 and published its segment, rank 1 never came:
     the restarted job's rank 0 takes generation 2, its rank 1 generation 1 and finds the dead
     rank's segment name under it. It must not map that segment, and the ranks either pair up
-    with segments of their own or fail at init."""
+    with segments of their own or fail at init, saying why."""
     store_path = str(tmp_path / "store")
     res = launch(rank_killed_in_setup, 1, store_path, str(tmp_path), timeout=60)
     assert res[0].status == "killed", res
@@ -198,6 +198,9 @@ def test_a_job_restarted_on_the_store_of_one_killed_in_setup(tmp_path):
             assert "setup failed" in o["error"] and o["after"] < 3.0 + 20, o
         else:
             assert o["ok"] and dead_pid not in _segment_pids(o["mapped"]), o
+    # Failing, they say why: the store's keys from the killed job put them out of step.
+    errors = [o["error"] for o in out if "error" in o]
+    assert not errors or any("out of step" in e and "fresh store" in e for e in errors), errors
     assert not segments({dead_pid}), "the dead job's segment survived the restarted job's setup"
 
 

@@ -54,6 +54,8 @@ class ShmTransport final : public Transport {
 
 std::vector<uint8_t> bytes_of(const std::string& s) { return {s.begin(), s.end()}; }
 
+constexpr const char* kOutOfStep = "the ranks' setups on this store are out of step";
+
 // Throws naming the rank; `what` says what failed.
 [[noreturn]] void setup_error(int rank, int size, const std::string& what) {
   throw std::runtime_error("ringzip shm transport (rank " + std::to_string(rank) + " of " + std::to_string(size) +
@@ -122,11 +124,34 @@ std::unique_ptr<Transport> make_shm_transport(const c10::intrusive_ptr<c10d::Sto
 
   const std::string name = shm::new_segment_name();
   shm::Mapping own;
-  // A rank that cannot set up publishes why in place of its segment or mapped mark, so the
-  // others fail at once instead of at the timeout (the caller falls back to Gloo).
-  auto give_up = [&](const char* what, const std::string& why) {
+  // The peers whose construction count on this store is not this rank's: a store that holds the
+  // keys of an earlier job killed during setup (its ranks counted unequally), where the ranks
+  // wait for each other under different keys. "" where all agree.
+  auto out_of_step = [&](std::vector<std::string>* peer_gens) {
+    std::string s;
+    for (int p = 0; p < size; ++p) {
+      const std::string g = p == rank ? gen : std::to_string(store->add("shm/generation/" + std::to_string(p), 0));
+      if (peer_gens) peer_gens->push_back(g);
+      if (g != gen) s += (s.empty() ? "" : ", ") + ("rank " + std::to_string(p) + " at " + g);
+    }
+    return s.empty() ? s
+                     : std::string("; ") + kOutOfStep + " (this rank at " + gen + ", " + s +
+                           "): the store holds keys of an earlier job, killed during its setup; start the job on "
+                           "a fresh store (another MASTER_PORT or file)";
+  };
+  // A rank that cannot set up publishes why in place of its segment and mapped marks (also
+  // under the keys of peers out of step), so the others fail at once instead of at the timeout
+  // (the caller falls back to Gloo).
+  auto give_up = [&](const char* what, std::string why) {
     try {
+      std::vector<std::string> gens;
+      const std::string note = out_of_step(&gens);
+      if (why.find(kOutOfStep) == std::string::npos) why += note;  // not when a peer's message says it
       store->set(key(what, rank), bytes_of("!" + why));
+      for (int p = 0; p < size; ++p)
+        if (gens[p] != gen)
+          for (const char* k : {"segment", "mapped"})
+            store->set("shm/" + gens[p] + "/" + k + "/" + std::to_string(rank), bytes_of("!" + why));
     } catch (const std::exception&) {  // the store is gone too: the others time out
     }
     setup_error(rank, size, why);
@@ -179,7 +204,14 @@ std::unique_ptr<Transport> make_shm_transport(const c10::intrusive_ptr<c10d::Sto
     }
   } catch (const std::exception& e) {
     shm::sweep_stale_segments();  // a peer that died during setup left its segment
-    if (mapped) setup_error(rank, size, e.what());
+    if (mapped) {
+      std::string note;
+      try {
+        note = out_of_step(nullptr);
+      } catch (const std::exception&) {  // the store is gone too
+      }
+      setup_error(rank, size, e.what() + note);
+    }
     give_up("mapped", e.what());
   }
   shm::unlink_segment(name);
