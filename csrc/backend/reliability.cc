@@ -44,17 +44,21 @@ std::exception_ptr RingzipBackend::run_checked(Comm& c, const Body& body, Finger
   stamp(fp, seq);
   const bool watched = check != CheckMode::Off && watch_;
   if (check != CheckMode::Off) c.tag_key = fp.tag_key();
-  if (watched) watch_->begin(fp);
   bool clean = false;  // failure found while the transport is still in step on all ranks
   std::exception_ptr err;
   try {
     if (check == CheckMode::On) {
+      // Unwatched, as on the device path (precheck): the exchange finds a mismatch itself and
+      // keeps the group usable. Watched, an exchange that took longer than the watch's stall
+      // age on every rank (ranks on a loaded machine, 3 ranks under ThreadSanitizer) let the
+      // watch diagnose the same mismatch first and break the transport.
       const MismatchInfo mm = exchange_fingerprints(c, fp, cfg_.group_name);
       if (mm.found) {
         clean = !mm.desync;
         TORCH_CHECK_WITH(DistBackendError, false, mm.message);
       }
     }
+    if (watched) watch_->begin(fp);
     body(c);
   } catch (...) {
     err = std::current_exception();
