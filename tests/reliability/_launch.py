@@ -88,6 +88,15 @@ def launch(fn, world: int, *args, timeout: float = 60.0) -> list[RankResult]:
         return results
 
 
+def record(test: str, **fields) -> None:
+    """With RINGZIP_FAULT_LOG=FILE, appends one JSON line of what a fault test measured (how long
+    a fault took to surface, per rank and case): docs/reliability.md's table is made from it."""
+    path = os.environ.get("RINGZIP_FAULT_LOG")
+    if path:
+        with open(path, "a") as f:
+            f.write(json.dumps({"test": test, **fields}) + "\n")
+
+
 def check_all_ok(results: list[RankResult]) -> list:
     bad = [r for r in results if r.status != "ok"]
     assert not bad, "\n".join(f"rank {r.rank}: {r.status} {r.code} {r.error}" for r in bad)

@@ -16,7 +16,7 @@ import torch
 import torch.distributed as dist
 
 import ringzip
-from _launch import check_all_ok, init, launch, threads_and_fds
+from _launch import check_all_ok, init, launch, record, threads_and_fds
 
 WORLD = 3
 
@@ -99,7 +99,9 @@ def rank_mismatch(rank, world, tmp):
     return out
 
 
-def _assert_same_message_everywhere(res, within_s):
+def _assert_same_message_everywhere(res, within_s, test=None):
+    if test:
+        record(test, cases={name: [r[name][1] for r in res] for name in res[0]})
     for name in res[0]:
         msgs = {r[name][0].split(" (detected on rank")[0] for r in res}
         assert len(msgs) == 1, (name, msgs)  # every rank names the same mismatch
@@ -107,7 +109,7 @@ def _assert_same_message_everywhere(res, within_s):
 
 
 def test_mismatches_raise_on_all_ranks_and_group_stays_usable():
-    _assert_same_message_everywhere(check_all_ok(launch(rank_mismatch, WORLD, timeout=90)), 5)
+    _assert_same_message_everywhere(check_all_ok(launch(rank_mismatch, WORLD, timeout=90)), 5, "mismatch_check_on")
 
 
 def _auto_cases(rank):
@@ -158,8 +160,28 @@ def rank_mismatch_auto(rank, world, tmp):
     return out
 
 
+def rank_mismatch_late(rank, world, tmp):
+    init(tmp, rank, world, pg_options=ringzip.Options(timeout=timedelta(seconds=20), check="on"))
+    _good_allreduce()
+    if rank == 2:
+        time.sleep(0.6)  # ranks 0 and 1, whose calls differ, wait for it past the stall watch's age
+    msg, _ = _expect_error(lambda: dist.all_reduce(torch.ones(10 + (rank == 1))), "mismatched collective calls",
+                           "element count")
+    _good_allreduce()  # check="on" found it before the call: the group stays usable
+    dist.destroy_process_group()
+    return msg
+
+
+def test_check_on_keeps_the_group_usable_when_the_exchange_waits():
+    """Under check="on" the fingerprint exchange finds the mismatch; the stall watch (check="auto"'s
+    mechanism) must not diagnose it first while the ranks wait in the exchange for a late one, which
+    breaks the transport."""
+    msgs = check_all_ok(launch(rank_mismatch_late, WORLD, timeout=90))
+    assert all("unusable" not in m for m in msgs), msgs
+
+
 def test_check_auto_catches_every_mismatch_within_a_second():
-    _assert_same_message_everywhere(check_all_ok(launch(rank_mismatch_auto, WORLD, timeout=240)), 1.0)
+    _assert_same_message_everywhere(check_all_ok(launch(rank_mismatch_auto, WORLD, timeout=240)), 1.0, "mismatch_check_auto")
 
 
 def rank_check_off(rank, world, tmp, transport):
@@ -217,6 +239,8 @@ def rank_timeout(rank, world, tmp):
 
 def test_timeout_raises_everywhere_then_fails_fast_and_recovers():
     res = check_all_ok(launch(rank_timeout, WORLD, timeout=90))
+    record("timeout", timeout_s=2, raised_s=[r["timeout"][1] for r in res[:-1]], late_s=res[-1]["late"][1],
+           after_s=[r["after"][1] for r in res[:-1]], destroy_s=[r["destroy_s"] for r in res])
     for r in res[:-1]:
         assert 1.5 < r["timeout"][1] < 2 + 3, r["timeout"]
         assert r["after"][1] < 0.5
@@ -248,6 +272,7 @@ def rank_abort(rank, world, tmp):
 
 def test_abort_unblocks_a_hung_collective():
     res = check_all_ok(launch(rank_abort, 2, timeout=60))
+    record("abort", abort_wait_s=res[0]["abort_wait_s"], aborted_after_s=0.5)
     assert res[0]["abort_wait_s"] < 3, res[0]
 
 
@@ -328,6 +353,9 @@ def test_dead_peer(codec, algorithm, numel, victim, op):
     res = launch(rank_dead_peer, WORLD, codec, algorithm, numel, victim, op, timeout=70)
     assert res[victim].status == "killed", res[victim]
     survivors = check_all_ok([r for r in res if r.rank != victim])
+    record("dead_peer", codec=codec, algorithm=algorithm, numel=numel, op=op, timeout_s=20,
+           detect_s=[s["detect_s"] for s in survivors], fast_fail_s=[s["fast_fail_s"] for s in survivors],
+           destroy_s=[s["destroy_s"] for s in survivors])
     for s in survivors:
         assert s["detect_s"] < 20 + 3, s  # within the timeout (usually well under a second)
         assert s["fast_fail_s"] < 0.5, s

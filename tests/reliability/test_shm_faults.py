@@ -27,7 +27,7 @@ import torch
 import torch.distributed as dist
 
 import ringzip
-from _launch import check_all_ok, init, launch
+from _launch import check_all_ok, init, launch, record
 from _shm import (CODECS, check_names, error_text, exact_allreduce, mapped_segments, segments, tcp_group, touch,
                   wait_for)
 
@@ -157,6 +157,8 @@ def test_sigkill_mid_allreduce_every_codec(layout):
     victims = res[survivors:]
     assert all(r.status == "killed" and r.code == signal.SIGKILL for r in victims), victims
     out = check_all_ok(res[:survivors])
+    record("shm_sigkill", layout=layout, timeout_s=KILL_TIMEOUT.total_seconds(),
+           detect_s={c: [o[c]["at"] - o[c]["killed"] for o in out] for c in CODECS})
     for codec in CODECS:
         # The death interrupts a call: some survivor was inside it (one that needed the victim's
         # data); none completes more than the call it was in.
@@ -240,6 +242,8 @@ def test_late_rank_every_codec(kind, layout):
     world, _ = LAYOUTS[layout]
     late = LATE_RANK[(kind, layout)]
     out = check_all_ok(_late_outcomes(kind, layout))
+    record("shm_late", kind=kind, layout=layout, timeout_s=LATE_TIMEOUT,
+           raised_s={c: [o["calls"][c]["after"] for o in out] for c in CODECS}, late_rank=late)
     for r, o in enumerate(out):
         for c in CODECS:
             rec = o["calls"][c]
