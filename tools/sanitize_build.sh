@@ -29,7 +29,8 @@ export PYTHONPATH="$PWD/$DIR/py"
 # Python and torch leak by design at exit and aren't instrumented: no leak check; ODR noise off.
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0:detect_odr_violation=0:abort_on_error=1:halt_on_error=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
-export TSAN_OPTIONS=${TSAN_OPTIONS:-report_signal_unsafe=0:halt_on_error=0:second_deadlock_stack=1}
+# tools/tsan.supp: reports inside torch and CPython, whose synchronisation TSan cannot see.
+export TSAN_OPTIONS=${TSAN_OPTIONS:-report_signal_unsafe=0:halt_on_error=0:second_deadlock_stack=1:suppressions=$PWD/tools/tsan.supp}
 # libstdc++ preloaded too: python does not link it, so without it the runtime finds no real
 # __cxa_throw to intercept and aborts on the first C++ exception.
 LD_PRELOAD="$RT $(${CXX:-g++} -print-file-name=libstdc++.so.6)" exec "$PY" -m pytest -p no:cacheprovider "$@"

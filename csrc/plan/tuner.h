@@ -28,9 +28,10 @@
 // A way's first call at a size class is not timed (one-time costs), so a try is two calls.
 // Measurements expire after 128 calls without a new sample, so a way that got faster is found
 // again: by price (the model's, as unmeasured), or measured again where both that price and the
-// one it expired at lie within 1.2x of the best (a re-measurement costs at most that). Where the running way's price grows 2x between two refreshes and the refresh after
-// the class's next three timed calls finds it so still (a lasting slowdown of the link or the
-// host, not a burst), its size class's other prices move by what the change added per link byte and every
+// one it expired at lie within 1.2x of the best (a re-measurement costs at most that). Where the
+// running way's price grows 2x between two refreshes and the refresh after the class's next
+// three timed calls finds it so still (a lasting slowdown of the link or the host, not a burst),
+// its size class's other prices move by what the change added per link byte and every
 // candidate runs once again (tuner.cc, kChange). Whether a way is tried depends
 // on agreed values and earlier choices only, as above.
 #include <chrono>
