@@ -2,11 +2,12 @@
 bad settings, every rank choosing the same although each measured (here: was told) a different
 link, the choice following a change of the link within 20 calls, error feedback across a flip
 from q4 to exact (nothing lost), auto:topk, reduce-scatter, stats per codec that ran, the
-dense algorithm choice, a way the model prices beyond exploration never run to learn, a way priced by its
-slowest rank, an expired way measured again only within 1.2x, exact measured where the model prices it out of exploration, a lasting change of
-the measured times followed within 20 calls, exact measured again after one slow time, and
-compressed calls on one host teaching no link or host rate
-(docs/algorithms.md, "Choosing: the cost model"). Link measurements are injected (backend._tuner_inject), so the choices do not depend on this machine's load."""
+dense algorithm choice, a way the model prices beyond exploration never run to learn, a way
+priced by its slowest rank, an expired way measured again only within 1.2x, exact measured where
+the model prices it out of exploration, a lasting change of the measured times followed within
+20 calls, exact measured again after one slow time, and compressed calls on one host teaching no
+link or host rate (docs/algorithms.md, "Choosing: the cost model"). Link measurements are
+injected (backend._tuner_inject), so the choices do not depend on this machine's load."""
 from __future__ import annotations
 
 import os

@@ -181,7 +181,8 @@ def test_check_on_keeps_the_group_usable_when_the_exchange_waits():
 
 
 def test_check_auto_catches_every_mismatch_within_a_second():
-    _assert_same_message_everywhere(check_all_ok(launch(rank_mismatch_auto, WORLD, timeout=240)), 1.0, "mismatch_check_auto")
+    res = check_all_ok(launch(rank_mismatch_auto, WORLD, timeout=240))
+    _assert_same_message_everywhere(res, 1.0, "mismatch_check_auto")
 
 
 def rank_check_off(rank, world, tmp, transport):

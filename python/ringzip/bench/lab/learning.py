@@ -7,8 +7,8 @@ Each row is its own launch (fresh processes, as a user's script starts): every r
 network namespace (ringzip.bench.netem), --calls SUM all-reduces of --size float32, each timed on
 rank 0 between barriers. Rows (--rows): `gloo`; `ringzip` (default options: the tuner chooses);
 `ringzip:ALGO` (a named algorithm: the fixed choices); `+CODEC` after either names the group's
-codec (`ringzip+auto` against `ringzip+q4`: --tuned names the row compared). Rows alternate over --repeat rounds. The
-report (<out-dir>/<stem>.{md,json}) gives every call's time and, per ringzip row, the calls above
+codec (`ringzip+auto` against `ringzip+q4`: --tuned names the row compared). Rows alternate over
+--repeat rounds. The report (<out-dir>/<stem>.{md,json}) gives every call's time and, per ringzip row, the calls above
 1.5x gloo's median and what the calls above the row's steady state (its median over the last
 third) added to the total. With --ddp STEPS a row is a DDP training run instead (the synthetic
 MLP of `ringzip-bench train`, --hidden wide: its gradient buckets are the calls), each step timed
