@@ -31,6 +31,14 @@ part env 60 bash -c "nvidia-smi --query-gpu=name,driver_version,memory.total --f
 
 export RINGZIP_CUDA_ARCHS=${RINGZIP_CUDA_ARCHS:-90}
 if part build 240 env PYTHON="$PY" JOBS="${JOBS:-$(nproc)}" tools/dev_build.sh; then
+  # A newer NCCL carried along (tools/build_nccl.sh; carry build/nccl/nccl-lib.tar.xz): several
+  # ranks on one GPU need NCCL >= 2.30 and NCCL_MULTI_RANK_GPU_ENABLE=1; preloaded (after the
+  # build: the compilers need none of it), it serves torch and ringzip ahead of torch's own.
+  if [ -f build/nccl/nccl-lib.tar.xz ]; then
+    mkdir -p "$OUT/nccl" && tar -C "$OUT/nccl" -xJf build/nccl/nccl-lib.tar.xz
+    export LD_PRELOAD="$OUT/nccl/lib/libnccl.so.2${LD_PRELOAD:+ $LD_PRELOAD}" NCCL_MULTI_RANK_GPU_ENABLE=1
+    part nccl 30 env PYTHON="$PY" tools/build_nccl.sh --check "$OUT/nccl"
+  fi
   part smoke 60 env PYTHONPATH=python "$PY" -m ringzip.bench.lab.gpu_smoke
   part kernels 120 env PYTHONPATH=python "$PY" -m ringzip.bench.lab.gpu_kernels --json "$OUT/kernels.json"
   # Per-test limit (pytest-timeout where installed) so one hang cannot eat the whole lease.
