@@ -19,6 +19,7 @@
 #include "collective/hierarchy/hierarchy.h"
 #include "python/bindings.h"
 #include "transport/loopback/loopback_transport.h"
+#include "transport/loopback/recording.h"
 #include "transport/routed.h"
 
 namespace py = pybind11;
@@ -41,6 +42,8 @@ struct Run {
   // "host": the CPU compute; "device": the CPU kernels through the CUDA compute's branches
   // (device_branches_compute), the schedules' GPU code paths without a GPU.
   std::string compute = "host";
+  // Where given: every rank's posts, waits and kernels, in order (transport/loopback/recording.h).
+  std::vector<RankTrace>* trace = nullptr;
 };
 
 Compute& compute_of(const Run& run) {
@@ -70,6 +73,7 @@ void run_ranks(int n, const Run& run, const char* op, const std::function<void(i
       node_hubs.push_back(std::make_shared<LoopbackHub>(lay->members(i).size(), parse_loopback_mode(run.mode)));
   }
   std::vector<std::string> errors(n);
+  if (run.trace) run.trace->assign(n, {});
   std::vector<std::thread> threads;
   for (int r = 0; r < n; ++r) {
     threads.emplace_back([&, r] {
@@ -79,9 +83,15 @@ void run_ranks(int n, const Run& run, const char* op, const std::function<void(i
         transport = std::make_unique<RoutedTransport>(
             std::move(transport), make_loopback_transport(node_hubs[node], lay->local_rank(r)), lay->members(node));
       }
+      std::unique_ptr<Compute> recorded;
+      if (run.trace) {
+        auto log = std::make_shared<RankLog>((*run.trace)[r]);
+        transport = make_recording_transport(std::move(transport), log);
+        recorded = make_recording_compute(compute, log);
+      }
       Transport& net = *transport;
       try {
-        Comm c{net, compute, run.seq, std::chrono::steady_clock::now() + std::chrono::milliseconds(run.timeout_ms), op};
+        Comm c{net, recorded ? *recorded : compute, run.seq, std::chrono::steady_clock::now() + std::chrono::milliseconds(run.timeout_ms), op};
         body(r, c);
       } catch (const c10::Error& e) {
         errors[r] = e.what_without_backtrace();
@@ -320,6 +330,18 @@ std::vector<std::pair<Tensors, std::vector<int>>> script(const std::vector<std::
   return got;
 }
 
+// Fills `out` (a ringzip._C.sim.Trace), if given, with every rank's events.
+struct Recorder {
+  py::object out;
+  Run with(Run run) {
+    if (!out.is_none()) {
+      if (!py::isinstance<sim::Trace>(out)) bad("trace must be a ringzip._C.sim.Trace (or None)");
+      run.trace = &out.cast<sim::Trace&>().ranks;
+    }
+    return run;
+  }
+};
+
 }  // namespace
 
 void bind_loopback(py::module_& m) {
@@ -330,13 +352,15 @@ void bind_loopback(py::module_& m) {
       [](const std::string& op, const Tensors& inputs, const std::string& mode, const std::string& algorithm,
          const std::string& reduce_op, int root, uint32_t seq, std::optional<std::vector<size_t>> parts,
          std::optional<std::vector<std::vector<int64_t>>> splits, int64_t timeout_ms,
-         std::optional<std::vector<int>> nodes, bool routed, const std::string& compute) {
-        return collective(op, inputs, algorithm, reduce_op, root, parts, splits,
-                          Run{mode, seq, timeout_ms, nodes, routed, compute});
+         std::optional<std::vector<int>> nodes, bool routed, const std::string& compute, py::object trace) {
+        Recorder rec{trace};
+        auto out = collective(op, inputs, algorithm, reduce_op, root, parts, splits,
+                              rec.with(Run{mode, seq, timeout_ms, nodes, routed, compute}));
+        return out;
       },
       "op"_a, "inputs"_a, "mode"_a = "eager", "algorithm"_a = "auto", "reduce_op"_a = "sum", "root"_a = 0, "seq"_a = 0,
       "parts"_a = py::none(), "splits"_a = py::none(), "timeout_ms"_a = 60000, "nodes"_a = py::none(),
-      "routed"_a = false, "compute"_a = "host",
+      "routed"_a = false, "compute"_a = "host", "trace"_a = py::none(),
       "Runs a dense collective with len(inputs) ranks (inputs[r]: rank r's tensor) in mode 'eager' (Gloo-like)\n"
       "or 'grouped' (NCCL-like) and returns each rank's result. op: allreduce (algorithm auto, ring, rd, direct,\n"
       "star, hd, tree), reduce_scatter / allgather (ring, in place, parts: n + 1 element offsets, default even), "
@@ -346,8 +370,8 @@ void bind_loopback(py::module_& m) {
       "rank r sends to rank i; output in source order), barrier. seq: the collective's sequence number (tags;\n"
       "star's root is seq % n). nodes: the node of every rank -- allreduce and reduce_scatter (n equal parts) run\n"
       "node-aware (collective/hierarchy/; algorithm: the inter-node step's) unless routed=True, which instead\n"
-      "runs the op flat with each node's ranks connected by a hub of their own (transport/routed.h). Raises "
-      "RuntimeError naming each failed rank (deadlocks, timeouts).");
+      "runs the op flat with each node's ranks connected by a hub of their own (transport/routed.h). trace: a\n"
+      "ringzip._C.sim.Trace that gets every rank's posts, waits and kernels in order (sim/trace.h). Raises RuntimeError naming each failed rank (deadlocks, timeouts).");
   l.def("script", &script, "programs"_a, "mode"_a = "eager", "timeout_ms"_a = 60000,
         "Raw transport calls, one program per rank of (what, peer, tag, bytes) steps: send (bytes of value\n"
         "tag & 0xff), recv, recv_any, start / end (group brackets), wait / drop (peer: the request's index in\n"
@@ -357,19 +381,23 @@ void bind_loopback(py::module_& m) {
       [](const std::string& op, const Tensors& inputs, const std::string& codec, const std::string& mode,
          const std::string& algorithm, uint64_t seed, uint32_t rng_seq, uint32_t seq, size_t topk_block, int64_t bucket,
          const std::string& rounding, std::optional<Tensors> residuals, int64_t timeout_ms,
-         std::optional<std::vector<int>> nodes, bool routed, size_t segment_elems, const std::string& compute) {
-        return compressed(op, inputs, codec, algorithm, seed, rng_seq, topk_block, bucket, rounding, residuals,
-                          segment_elems, Run{mode, seq, timeout_ms, nodes, routed, compute});
+         std::optional<std::vector<int>> nodes, bool routed, size_t segment_elems, const std::string& compute,
+         py::object trace) {
+        Recorder rec{trace};
+        auto out = compressed(op, inputs, codec, algorithm, seed, rng_seq, topk_block, bucket, rounding, residuals,
+                              segment_elems, rec.with(Run{mode, seq, timeout_ms, nodes, routed, compute}));
+        return out;
       },
       "op"_a, "inputs"_a, "codec"_a, "mode"_a = "eager", "algorithm"_a = "auto", "seed"_a = 0, "rng_seq"_a = 0,
       "seq"_a = 0, "topk_block"_a = size_t(codec::kTopkBlock), "bucket"_a = codec::kBucketSize,
       "rounding"_a = "stochastic", "residuals"_a = py::none(), "timeout_ms"_a = 60000, "nodes"_a = py::none(),
-      "routed"_a = false, "segment_elems"_a = 0, "compute"_a = "host",
+      "routed"_a = false, "segment_elems"_a = 0, "compute"_a = "host", "trace"_a = py::none(),
       "Compressed SUM of float32 inputs (op allreduce or reduce_scatter) with a codec string, algorithm\n"
       "(auto, ring, sra, sparse), seed, rng_seq (CompressedCall.rng_seq), bucket, rounding (stochastic or\n"
       "nearest), topk_block, optional error-feedback residuals (one per rank) and nodes (the node of every rank:\n"
       "node-aware, collective/hierarchy/; with routed=True flat over per-node hubs instead, as in collective()),\n"
-      "segment_elems (SRA's segment length, CompressedCall.segment_elems; 0: the default).\n"
+      "segment_elems (SRA's segment length, CompressedCall.segment_elems; 0: the default), trace (as in\n"
+      "collective()).\n"
       "Returns (outputs, residuals).");
 }
 

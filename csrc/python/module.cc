@@ -12,6 +12,7 @@ PYBIND11_MODULE(_C, m) {
   ringzip::bind_stats(m);    // the structs stats() returns
   ringzip::bind_backend(m);
   ringzip::bind_cost(m);      // ringzip._C.cost: the cost model's pure functions
+  ringzip::bind_sim(m);       // ringzip._C.sim: recorded calls and their replay
   ringzip::bind_loopback(m);  // ringzip._C.loopback: the in-process test fixture
   ringzip::bind_shm(m);       // ringzip._C.ShmTransport: the shared-memory transport, for tests and benchmarks
 #ifdef RINGZIP_WITH_CUDA

@@ -56,6 +56,10 @@ class Transport {
   virtual void close() {}
   // The transport's own collectives (NCCL's), or null (host transports).
   virtual NativeCollectives* native() { return nullptr; }
+  // A hand-off between threads of one rank inside a schedule (the node-aware pipeline): point
+  // `point` reached, or (reached false) waited for. Only a recording transport cares
+  // (transport/loopback/recording.h), so that a replay keeps the threads' order.
+  virtual void mark(int64_t point, bool reached) {}
 };
 
 // A request that is already complete (zero-byte transfers never touch the network).

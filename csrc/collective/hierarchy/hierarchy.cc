@@ -93,7 +93,7 @@ void allreduce_by_node(Comm& c, const NodeLayout& nodes, Buf data, RedOp op, Int
   auto parts = [&](int i) { return even_parts(at[i + 1] - at[i], per); };
   Totals node_side, link_side;
   run_pipeline(
-      m, c.net.lookahead() > 0,
+      c.net, m, c.net.lookahead() > 0,
       [&](int i) {
         step(c, node_side, Span::InsideNode, h.intra(), "intra-node reduce-scatter",
              [&](Comm& s) { ring_reduce_scatter(s, chunk(i), op, parts(i), i * kChunkSteps); });

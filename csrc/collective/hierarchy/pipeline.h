@@ -7,16 +7,20 @@
 // keeps its stages in one order on every rank (inside 0..m-1 then gather 0..m-1; between
 // 0..m-1), which is what keeps the ranks' schedules matched. A failure on either thread stops
 // the other (its transport was aborted by Comm::fail, or it is woken here) and is rethrown.
+// Each hand-off is told to the transport (Transport::mark: chunk i's inside stage done is point
+// 2i, its between stage 2i + 1), so that a recorded run replays in the same order.
 #include <condition_variable>
 #include <exception>
 #include <mutex>
 #include <thread>
 #include <vector>
 
+#include "transport/transport.h"
+
 namespace ringzip {
 
 template <typename Inside, typename Between, typename Gather>
-void run_pipeline(int m, bool threaded, Inside inside, Between between, Gather gather) {
+void run_pipeline(Transport& net, int m, bool threaded, Inside inside, Between between, Gather gather) {
   if (!threaded || m == 1) {
     for (int i = 0; i < m; ++i) {
       inside(i);
@@ -30,11 +34,13 @@ void run_pipeline(int m, bool threaded, Inside inside, Between between, Gather g
   int inside_done = 0, between_done = 0;
   std::exception_ptr err;
   auto await = [&](const int& counter, int i) {
+    net.mark(2 * static_cast<int64_t>(i) + (&counter == &between_done), false);
     std::unique_lock<std::mutex> lock(mu);
     cv.wait(lock, [&] { return counter > i || err; });
     if (err) throw std::runtime_error("stopped: the other stage of the pipeline failed");
   };
   auto advance = [&](int& counter) {
+    net.mark(2 * static_cast<int64_t>(counter) + (&counter == &between_done), true);
     std::lock_guard<std::mutex> lock(mu);
     ++counter;
     cv.notify_all();

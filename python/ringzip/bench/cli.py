@@ -11,6 +11,9 @@
     ringzip-bench follow [options]         codec "auto" while the emulated link's rate changes
     ringzip-bench linkcheck --net RATE     what the emulated links carry per traffic pattern
                                            (ring vs all-to-all, plain TCP): the ceiling of eff
+    ringzip-bench simulate [options]       replay the messages a schedule really posts (recorded
+                                           over the loopback transport) through a link and kernel
+                                           model: machines x ranks this host cannot run
 
 Add --net RATE[,DELAY] (root) to run every rank in its own shaped network namespace, and
 --nodes N --nproc-per-node P to group the ranks into N emulated machines with one shaped NIC each.
@@ -20,11 +23,11 @@ from __future__ import annotations
 import argparse
 import sys
 
-SUBCOMMANDS = ("collective", "kernels", "train", "grid", "follow", "linkcheck")
+SUBCOMMANDS = ("collective", "kernels", "train", "grid", "follow", "linkcheck", "simulate")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from . import collective, kernels
+    from . import collective, kernels, simulate
     from .lab import follow, grid, linkcheck, train, tta
 
     p = argparse.ArgumentParser(prog="ringzip-bench", description=__doc__,
@@ -46,6 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
     command("grid", "auto vs fixed choices", grid)
     command("follow", "auto under a link rate change", follow)
     command("linkcheck", "link ceiling per traffic pattern", linkcheck)
+    command("simulate", "replay recorded schedules on modelled links", simulate)
     return p
 
 

@@ -1,0 +1,34 @@
+#pragma once
+// A discrete-event replay of a recorded call (sim/trace.h) on a model of links and kernels; the
+// model and its assumptions: python/ringzip/bench/simulate.py and docs/algorithms.md ("The
+// simulator").
+#include <array>
+#include <vector>
+
+#include "sim/trace.h"
+
+namespace ringzip::sim {
+
+struct Model {
+  std::vector<int> machine_of;  // machine of every rank
+  double net_bytes_per_s = 1.25e9, net_latency_s = 50e-6;      // each machine's NIC, per direction
+  double intra_bytes_per_s = 8e9, intra_latency_s = 5e-6;     // between ranks of a machine, per rank
+  int cores = 0;  // kernels of all ranks share this many cores; 0: one per rank
+  // A kernel of kind k over `amount` with m inputs takes amount * (per_unit[k] + m * per_input[k])
+  // + launch seconds.
+  std::array<double, kKinds> per_unit{}, per_input{};
+  double launch = 0;
+  double scale = 1;  // every byte and element count of the trace times this
+};
+
+struct Result {
+  double time = 0;             // the last rank's finish
+  std::vector<double> finish;  // per rank
+  double wire_bytes = 0;       // between machines
+  double compute = 0;          // kernel seconds of the busiest rank
+};
+
+// Throws std::runtime_error when some rank waits for a message nobody sends.
+Result replay(const Trace& t, const Model& m);
+
+}  // namespace ringzip::sim

@@ -1,0 +1,87 @@
+"""The simulator against measurement: every layout this machine can emulate, measured with the
+collective benchmark on shaped links, then each row replayed (ringzip.bench.simulate).
+
+    python -m ringzip.bench.lab.simcheck measure --out DIR      the measurements (root; ~30 min)
+    python -m ringzip.bench.lab.simcheck check DIR --kernels K  simulate every row; error table
+
+measure: 1 and 2 Gbit/s; one rank per emulated machine with 2, 3, 4 and 6 ranks, and 2 machines of
+2 and of 3 ranks (flat and node-aware); per layout three sweeps of 1-64 MiB float32 all-reduce,
+named algorithms only (a row the tuner chose for would not say what to replay): exact over the
+ring, fp16 / bf16 / q8 / q4 / q2 / q1 over the ring and sra, topk:0.01 sparse; and one of 4 B -
+64 KiB exact calls over the ring, which calibrates the two costs the link model cannot know (a
+message's latency, a call's fixed cost). One JSON file per sweep in DIR. K: `ringzip-bench kernels
+--json K` on the same machine, 1-64 MiB (kernel speeds are taken at the call's size: a 64 MiB
+call runs its kernels out of cache).
+"""
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import subprocess
+import sys
+import time
+
+LAYOUTS = ((2, 1), (3, 1), (4, 1), (6, 1), (2, 2), (2, 3))  # machines x ranks per machine
+RATES = ("1gbit", "2gbit")
+# (codecs, algorithms, sizes); the last: the calibration of the per-message and per-call costs
+SWEEPS = (("none", "ring", ("1M", "64M")), ("fp16,bf16,q8,q4,q2,q1", "ring,sra", ("1M", "64M")),
+          ("topk:0.01", "sparse", ("1M", "64M")), ("none", "ring", ("4", "64K")))
+CALIBRATION_BYTES = 64 << 10  # rows up to this size calibrate, the others validate
+
+
+def measure(out: str, layouts=LAYOUTS, rates=RATES, iters: int = 5) -> None:
+    os.makedirs(out, exist_ok=True)
+    for rate in rates:
+        for machines, per in layouts:
+            for i, (codecs, algos, sizes) in enumerate(SWEEPS):
+                path = os.path.join(out, f"m{machines}x{per}_{rate}_{i}.json")
+                if os.path.exists(path):
+                    continue
+                cmd = [sys.executable, "-m", "ringzip.bench", "collective", "--backend", "ringzip",
+                       "--nodes", str(machines), "--nproc-per-node", str(per), "--net", rate,
+                       "-b", sizes[0], "-e", sizes[1], "-f", "16" if i == 3 else "4", "--codec", codecs, "--algorithm", algos,
+                       "--iters", str(iters), "--warmup", "2", "--time-budget", "1.0", "--json", path, "-q"]
+                if per > 1:
+                    cmd += ["--hierarchy", "flat,node"]
+                t = time.time()
+                subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+                print(f"{os.path.basename(path)}: {time.time() - t:.0f} s", flush=True)
+
+
+def rows_of(directory: str) -> list[tuple[dict, dict]]:
+    """(header, row) of every measured ringzip row without an error."""
+    out = []
+    for path in sorted(glob.glob(os.path.join(directory, "*.json"))):
+        with open(path) as f:
+            d = json.load(f)
+        out += [(d["header"], r) for r in d["results"] if r["backend"] == "ringzip" and not r.get("error")]
+    return out
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="cmd", required=True)
+    m = sub.add_parser("measure")
+    m.add_argument("--out", required=True)
+    m.add_argument("--iters", type=int, default=5)
+    c = sub.add_parser("check")
+    c.add_argument("dir")
+    c.add_argument("--kernels", required=True, help="ringzip-bench kernels --json output of this machine")
+    c.add_argument("--json", help="write the validation here")
+    c.add_argument("--table", help="write the markdown table here")
+    a = p.parse_args(argv)
+    if a.cmd == "measure":
+        measure(a.out, iters=a.iters)
+    else:
+        from .. import simulate
+
+        # The emulated machines are namespaces of this host: their ranks' kernels share its cores.
+        simulate.validate_main(rows_of(a.dir), a.kernels, a.json, a.table,
+                               " ".join(["python -m ringzip.bench.lab.simcheck", *(argv or sys.argv[1:])]),
+                               cores=os.cpu_count())
+
+
+if __name__ == "__main__":
+    main()

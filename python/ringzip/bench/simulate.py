@@ -1,0 +1,374 @@
+"""Replays the messages a schedule really posts through a model of links and kernels.
+
+A schedule runs once over the loopback transport with n ranks as threads (ringzip._C.loopback,
+trace=...): every rank's sends, receives, waits and kernels are recorded in the order it issued
+them. The replay is a discrete-event simulation of those programs:
+
+- a message moves once both its send and its receive are posted (Gloo's rendezvous: the
+  receiver's ready notice precedes the payload), in posting order per (source, destination, tag);
+- between machines it holds the source machine's NIC (egress) and the destination's (ingress),
+  full duplex, one NIC per machine shared by its ranks, first come first served: bytes / rate,
+  then the latency; a machine's ranks reach each other at the intra-machine rate, per rank;
+- a kernel takes its elements at the measured speed of that kernel and codec (the CPU's
+  `ringzip-bench kernels --json`, or the H200 record) on one of the machine's cores; where there
+  are fewer cores than ranks (the emulated machines of this host share its cores) kernels queue.
+
+The simulated time of a call is the last rank's finish. Recording at n ranks costs a loopback run
+of n threads; a replay may stretch a trace recorded at a smaller size to a larger one (every byte
+and element count times the ratio), which keeps the smaller size's pipelining segments. The
+replay itself is compiled (csrc/sim/replay.cc): a million events take about a second.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+import torch
+
+# ---- recording --------------------------------------------------------------------------------
+
+DENSE = ("none", "exact")
+
+
+def default_feedback(codec: str) -> bool:
+    """Error feedback by default (Options.error_feedback None): the biased codecs."""
+    return codec == "q1" or codec.startswith(("topk", "randomk"))
+
+
+def record(world: int, count: int, codec: str = "none", algorithm: str = "ring", nodes: list[int] | None = None,
+           feedback: bool | None = None, seed: int = 0):
+    """Every rank's events of one float32 SUM all-reduce of `count` elements, a ringzip._C.sim.Trace
+    (csrc/sim/trace.h; .events(r) lists rank r's as (kind, peer, amount, id, tag, lane)). nodes: the node
+    of every rank for the node-aware schedule (None: flat); feedback: error feedback (None: the
+    codec's default)."""
+    from ringzip import _C
+
+    g = torch.Generator().manual_seed(seed)
+    xs = [torch.randn(count, generator=g) for _ in range(world)]
+    trace = _C.sim.Trace()
+    if codec in DENSE:
+        _C.loopback.collective("allreduce", xs, algorithm=algorithm, nodes=nodes, trace=trace)
+        return trace
+    if feedback is None:
+        feedback = default_feedback(codec)
+    residuals = [0.01 * torch.randn(count, generator=g) for _ in range(world)] if feedback else None
+    _C.loopback.compressed("allreduce", xs, codec, algorithm=algorithm, nodes=nodes, residuals=residuals, trace=trace)
+    return trace
+
+
+# ---- the model --------------------------------------------------------------------------------
+
+@dataclass
+class Links:
+    machine_of: list[int]            # machine of every rank
+    net_gbit: float                  # each machine's NIC, per direction
+    net_latency_us: float = 50.0
+    intra_gbyte: float = 8.0         # between two ranks of one machine, per rank and direction
+    intra_latency_us: float = 5.0
+    cores: int | None = None         # kernels of ALL ranks share this many cores (None: one per rank)
+    call_us: float = 0.0             # what every call costs beyond its messages and kernels
+
+    @classmethod
+    def layout(cls, machines: int, per_machine: int, **kw) -> "Links":
+        return cls([r // per_machine for r in range(machines * per_machine)], **kw)
+
+
+@dataclass
+class Kernels:
+    """Seconds per element (or per byte) of each kernel of one codec on one device."""
+    gbps: dict = field(default_factory=dict)  # kernel name -> GB/s of float32 input (copy: of bytes)
+    launch_us: float = 0.0                    # fixed cost per kernel (a GPU launch)
+
+    def coefficients(self) -> tuple[dict, dict]:
+        """(per_unit, per_input): a kernel of kind k over `amount` with m inputs takes
+        amount * (per_unit[k] + m * per_input[k]) + launch seconds (csrc/sim/replay.h)."""
+        g = self.gbps
+        copy = 1 / (g["copy"] * 1e9)
+        unit = {k: copy for k in ("copy", "zero", "reduce", "scale")}  # bytes
+        unit.update({k: 4 * copy for k in ("residual", "drop_nonfinite", "randomk_values")})  # elements
+        per_input = {}
+        if "encode" in g:
+            elem = {k: 4 / (g[k] * 1e9) for k in ("encode", "decode_accumulate", "decode_add_encode", "feedback")}
+            unit.update(encode=elem["encode"], decode=elem["decode_accumulate"],
+                        decode_accumulate=elem["decode_accumulate"], decode_add_encode=elem["decode_add_encode"],
+                        decode_residual=elem["decode_accumulate"] + 4 * copy,
+                        reduce_encode=elem["encode"] + elem["decode_accumulate"],
+                        encode_feedback=elem["feedback"], topk_feedback=elem["feedback"])
+            per_input["reduce_encode"] = elem["decode_accumulate"]
+        return unit, per_input
+
+
+def cpu_kernels(rows: list[dict], codec: str, size_bytes: int | None = None) -> Kernels:
+    """From `ringzip-bench kernels --json` rows: those measured nearest `size_bytes` (the call's
+    size: a large call's kernels run out of cache), or the largest."""
+    import math
+
+    mine = [r for r in rows if r["codec"] == codec] or rows
+    if size_bytes:
+        r = min(mine, key=lambda r: abs(math.log(r["bytes"] / size_bytes)))
+    else:
+        r = max(mine, key=lambda r: r["numel"])
+    g = {"copy": r["memcpy_gbps"]}
+    if codec not in DENSE:
+        g.update(encode=r["encode_gbps"], decode_accumulate=r["decode_acc_gbps"],
+                 decode_add_encode=r["decode_add_encode_gbps"], feedback=r.get("feedback_gbps", r["encode_gbps"]))
+    return Kernels(g)
+
+
+def gpu_kernels(record: dict, codec: str, launch_us: float = 4.0) -> Kernels:
+    """From the H200 record (bench/results/gpu_kernels_h200.json): its kernels at 64 MiB."""
+    g = {"copy": record["copy_gbs"]}
+    rows = {(r["kernel"], r["codec"]): r["gbs"] for r in record["rows"]}
+    if codec.startswith("topk"):
+        t = record["topk"]
+        g.update(encode=4 * t["n"] / t["ringzip_encode_s"] / 1e9, feedback=4 * t["n"] / t["ringzip_encode_s"] / 1e9,
+                 decode_accumulate=record["copy_gbs"], decode_add_encode=4 * t["n"] / t["ringzip_encode_s"] / 1e9)
+    elif codec not in DENSE:
+        key = "fp16" if codec in ("fp16", "bf16") and ("encode", codec) not in rows else codec
+        g.update(encode=rows[("encode", key)], decode_accumulate=rows[("decode_accumulate", key)],
+                 decode_add_encode=rows.get(("decode_add_encode", key), rows[("encode", key)]))
+        g["feedback"] = 1 / (1 / g["encode"] + 1 / g["decode_accumulate"])
+    return Kernels(g, launch_us)
+
+
+# ---- the replay -------------------------------------------------------------------------------
+
+def replay(trace, links: Links, kernels: Kernels, scale: float = 1.0) -> dict:
+    """Simulated seconds of the recorded call with every byte and element count times `scale`:
+    {"time": the last rank's finish, "finish": per rank, "wire_bytes": between machines,
+    "compute": the busiest rank's kernel seconds}. RuntimeError when a rank waits for a message
+    nobody sends."""
+    from ringzip import _C
+
+    unit, per_input = kernels.coefficients()
+    res = _C.sim.replay(trace, list(links.machine_of), links.net_gbit * 1e9 / 8, links.net_latency_us * 1e-6,
+                        links.intra_gbyte * 1e9, links.intra_latency_us * 1e-6, links.cores or 0, unit, per_input,
+                        kernels.launch_us * 1e-6, scale)
+    res["time"] += links.call_us * 1e-6
+    return res
+
+
+def load_json(path: str):
+    with open(path) as f:
+        return json.load(f)
+
+
+# ---- one layout, many calls -------------------------------------------------------------------
+
+# Recordings hold every rank's input: beyond this many bytes in all, a call is recorded smaller
+# and its trace stretched (replay's scale), keeping the smaller call's segments.
+RECORD_BYTES = 256 << 20
+
+
+def recording_count(world: int, count: int, record_bytes: int = RECORD_BYTES) -> int:
+    """Elements to record a call of `count` elements over `world` ranks at: the call itself, or
+    the largest multiple of world x 512 (whole buckets in every part) within record_bytes."""
+    if world * count * 4 <= record_bytes:
+        return count
+    unit = world * 512
+    return max(unit, record_bytes // (4 * world) // unit * unit)
+
+
+class Recorder:
+    """Traces by (world, count, codec, algorithm, nodes), recorded once; the latest few kept."""
+
+    def __init__(self, record_bytes: int = RECORD_BYTES, keep: int = 4):
+        self.record_bytes, self.keep, self.cache = record_bytes, keep, {}
+
+    def trace(self, world, count, codec, algorithm, nodes=None):
+        at = recording_count(world, count, self.record_bytes)
+        key = (world, at, codec, algorithm, tuple(nodes) if nodes else None)
+        if key not in self.cache:
+            while len(self.cache) >= self.keep:
+                self.cache.pop(next(iter(self.cache)))
+            self.cache[key] = record(world, at, codec, algorithm, nodes)
+        return self.cache[key], count / at
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--machines", type=int, default=2, help="emulated machines")
+    p.add_argument("--per-machine", type=int, default=1, help="ranks per machine")
+    p.add_argument("--net", default="10gbit", help="each machine's NIC rate, e.g. 25gbit")
+    p.add_argument("--latency-us", type=float, default=Links.net_latency_us, help="per message between machines")
+    p.add_argument("--intra-gbyte", type=float, default=Links.intra_gbyte, help="per rank inside a machine, GB/s")
+    p.add_argument("--intra-latency-us", type=float, default=Links.intra_latency_us)
+    p.add_argument("--cores", type=int, help="kernels of all ranks share this many cores (default: one per rank)")
+    p.add_argument("-b", "--minbytes", dest="begin", default="1M")
+    p.add_argument("-e", "--maxbytes", dest="end", default="64M")
+    p.add_argument("-f", "--stepfactor", dest="factor", type=float, default=4.0)
+    p.add_argument("--codec", default="none,q8,q4", help="comma list")
+    p.add_argument("--algorithm", default="auto", help="comma list: ring, sra, sparse, rd, hd, tree, direct, star")
+    p.add_argument("--hierarchy", default="flat", help="comma list: flat, node")
+    p.add_argument("--kernels", help="kernel speeds: `ringzip-bench kernels --json` output (default: measured now)")
+    p.add_argument("--gpu", help="kernel speeds of a GPU record instead, e.g. bench/results/gpu_kernels_h200.json")
+    p.add_argument("--json", help="write the rows here")
+
+
+def _kernels_for(args):
+    if args.gpu:
+        rec = load_json(args.gpu)
+        return lambda codec, size: gpu_kernels(rec, codec)
+    if args.kernels:
+        rows = load_json(args.kernels)
+    else:
+        from .kernels import run_kernel_bench
+        rows = run_kernel_bench([1 << 20, 16 << 20, 64 << 20],
+                                ["fp16", "bf16", "q8", "q4", "q2", "q1", "topk:0.01", "randomk:0.01"], reference=False)
+    return lambda codec, size: cpu_kernels(rows, codec, size)
+
+
+DENSE_ALGORITHMS = ("auto", "ring", "rd", "hd", "tree", "direct", "star")
+
+
+def applies(codec: str, algorithm: str) -> bool:
+    """Whether the loopback runs `algorithm` for `codec` (exact: the dense ones; sparse codecs:
+    sparse; the others: ring and sra)."""
+    if codec in DENSE:
+        return algorithm in DENSE_ALGORITHMS
+    if codec.startswith(("topk", "randomk")):
+        return algorithm in ("auto", "sparse")
+    return algorithm in ("auto", "ring", "sra")
+
+
+def run(args) -> int:
+    from .common import parse_rate_bits, parse_size, size_sweep, split_list
+
+    world = args.machines * args.per_machine
+    node_of = [r // args.per_machine for r in range(world)]
+    links = Links(node_of, parse_rate_bits(args.net) / 1e9, args.latency_us, args.intra_gbyte,
+                  args.intra_latency_us, args.cores)
+    kernels = _kernels_for(args)
+    rec = Recorder()
+    rows = []
+    print(f"# simulated all-reduce, {args.machines} machines x {args.per_machine} ranks, NIC {args.net}, "
+          f"{args.latency_us:g} us per message; inside a machine {args.intra_gbyte:g} GB/s")
+    print("| size | codec | algorithm | hierarchy | time ms | busbw GB/s | between machines MB |")
+    print("|---:|---|---|---|---:|---:|---:|")
+    for size in size_sweep(parse_size(args.begin), parse_size(args.end), args.factor):
+        count = max(1, size // 4)
+        for codec in split_list(args.codec):
+            for algo in split_list(args.algorithm):
+                for h in split_list(args.hierarchy):
+                    if h == "node" and args.per_machine < 2 or not applies(codec, algo):
+                        continue
+                    tr, scale = rec.trace(world, count, codec, algo, node_of if h == "node" else None)
+                    res = replay(tr, links, kernels(codec, 4 * count), scale)
+                    busbw = 2 * (world - 1) / world * 4 * count / res["time"] / 1e9
+                    rows.append({"size_bytes": 4 * count, "codec": codec, "algorithm": algo, "hierarchy": h,
+                                 "time_s": res["time"], "busbw_gbyte": busbw, "wire_bytes": res["wire_bytes"]})
+                    print(f"| {4 * count} | {codec} | {algo} | {h} | {res['time'] * 1e3:.3f} | {busbw:.2f} | "
+                          f"{res['wire_bytes'] / 1e6:.1f} |", flush=True)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"links": {k: v for k, v in links.__dict__.items() if k != "machine_of"},
+                       "machines": args.machines, "per_machine": args.per_machine, "rows": rows}, f, indent=1)
+    return 0
+
+
+# ---- validation against measured rows ---------------------------------------------------------
+
+def _topology(header: dict, row: dict) -> dict:
+    return header.get("topology", {}).get(row.get("key") or "", {}) or {}
+
+
+def simulate_row(header: dict, row: dict, kernel_rows: list[dict], cache: dict, **link_kw) -> dict:
+    """The replay of one measured `ringzip-bench collective` row, on the links its header names."""
+    topo = _topology(header, row)
+    per = header.get("nproc_per_node") or 1
+    node_of = topo.get("node_of") or [r // per for r in range(row["nproc"])]
+    node_aware = topo.get("node_aware", row.get("hierarchy") == "node")
+    key = (row["nproc"], row["count"], row["codec"], row["algorithm"], tuple(node_of) if node_aware else None)
+    if key not in cache:
+        cache.clear()  # one recording held at a time: they are large at 64 MiB
+        cache[key] = record(row["nproc"], row["count"], row["codec"], row["algorithm"],
+                            list(node_of) if node_aware else None)
+    links = Links(node_of, header.get("tcp_goodput_gbit") or header["link_gbit"], **link_kw)
+    return replay(cache[key], links, cpu_kernels(kernel_rows, row["codec"], row["size_bytes"]))
+
+
+def _median(xs):
+    xs = sorted(xs)
+    return (xs[(len(xs) - 1) // 2] + xs[len(xs) // 2]) / 2 if xs else float("nan")
+
+
+def calibrate(rows: list[tuple[dict, dict]], kernel_rows: list[dict], **link_kw) -> dict:
+    """The per-message latency between machines and the per-call cost that fit the measured small
+    calls best (median relative error): latency on a grid of 5 us, the call cost for each the
+    median of what the replay leaves unexplained."""
+    if not rows:
+        return {}
+    cache, base = {}, []
+    for header, row in rows:
+        base.append((header, row, row["time_us"]))
+    best = None
+    for lat in range(0, 405, 5):
+        sims = [simulate_row(h, dict(r, key=_key(r)), kernel_rows, cache, **dict(link_kw, net_latency_us=lat))["time"] * 1e6
+                for h, r, _ in base]
+        call = max(0.0, _median([m - s for (_, _, m), s in zip(base, sims)]))
+        err = _median([abs((s + call) / m - 1) for (_, _, m), s in zip(base, sims)])
+        if best is None or err < best[0]:
+            best = (err, lat, call)
+    return {"net_latency_us": float(best[1]), "call_us": round(best[2], 1), "median_error": best[0], "rows": len(base)}
+
+
+def _key(row):
+    return f"ringzip/{row['codec']}/{row['algorithm']}" + (f"/{row['hierarchy']}" if row.get("hierarchy") else "")
+
+
+def validate(rows: list[tuple[dict, dict]], kernel_rows: list[dict], **link_kw) -> dict:
+    out, cache = [], {}
+    order = sorted(rows, key=lambda hr: (hr[1]["nproc"], hr[1]["count"], hr[1]["codec"], hr[1]["algorithm"],
+                                         str(hr[1].get("hierarchy"))))
+    for header, row in order:
+        row = dict(row, key=_key(row))
+        if row.get("hierarchy") == "node" and not _topology(header, row).get("node_aware", True):
+            continue  # one rank per machine: the backend ran it flat, a repeat of the flat row
+        sim = simulate_row(header, row, kernel_rows, cache, **link_kw)
+        measured = row["time_us"] * 1e-6
+        out.append({"layout": f"{header.get('nodes') or row['nproc']}x{header.get('nproc_per_node') or 1}",
+                    "link_gbit": header["link_gbit"], "size_bytes": row["size_bytes"], "codec": row["codec"],
+                    "algorithm": row["algorithm"], "hierarchy": row.get("hierarchy") or "flat",
+                    "measured_ms": measured * 1e3, "simulated_ms": sim["time"] * 1e3,
+                    "error": sim["time"] / measured - 1, "sim_compute_ms": sim["compute"] * 1e3})
+    errs = [abs(r["error"]) for r in out]
+    return {"median_error": _median(errs), "worst_error": max(errs) if errs else float("nan"), "rows": out}
+
+
+def validation_table(v: dict) -> str:
+    lines = ["| layout | link | size | codec | algorithm | hierarchy | measured ms | simulated ms | error |",
+             "|---|---:|---:|---|---|---|---:|---:|---:|"]
+    for r in v["rows"]:
+        lines.append(f"| {r['layout']} | {r['link_gbit']:g} Gbit/s | {r['size_bytes'] >> 20} MiB | {r['codec']} | "
+                     f"{r['algorithm']} | {r['hierarchy']} | {r['measured_ms']:.1f} | {r['simulated_ms']:.1f} | "
+                     f"{100 * r['error']:+.0f} % |")
+    return "\n".join(lines)
+
+
+def validate_main(rows, kernels_path: str, json_path: str | None, table_path: str | None, command: str,
+                  calibration_bytes: int = 64 << 10, **link_kw) -> dict:
+    import datetime
+
+    from .common import cpu_model
+
+    kernel_rows = load_json(kernels_path)
+    kernel_rows = kernel_rows["results"] if isinstance(kernel_rows, dict) else kernel_rows
+    small = [(h, r) for h, r in rows if r["size_bytes"] <= calibration_bytes]
+    fit = calibrate(small, kernel_rows, **link_kw)
+    link_kw.update({k: fit[k] for k in ("net_latency_us", "call_us") if k in fit})
+    print(f"calibrated on {fit.get('rows', 0)} calls of <= {calibration_bytes} B: {fit}")
+    v = validate([(h, r) for h, r in rows if r["size_bytes"] > calibration_bytes], kernel_rows, **link_kw)
+    v["calibration"] = fit
+    head = {"date": datetime.datetime.now().strftime("%Y-%m-%d %H:%M"), "cpu": cpu_model(), "command": command,
+            "links": {k: v_ for k, v_ in Links([0], 1.0, **link_kw).__dict__.items() if k not in ("machine_of", "net_gbit")},
+            "measured": sorted({h.get("date", "") for h, _ in rows})}
+    summary = (f"{len(v['rows'])} rows: median |error| {100 * v['median_error']:.1f} %, "
+               f"worst {100 * v['worst_error']:.1f} %")
+    print(summary)
+    if json_path:
+        with open(json_path, "w") as f:
+            json.dump({"header": head, "validation": v}, f, indent=1)
+    if table_path:
+        with open(table_path, "w") as f:
+            f.write(f"# The simulator against measurement\n\n{head['date']}, {head['cpu']}, `{command}`\n\n"
+                    f"{summary}\n\n{validation_table(v)}\n")
+    return v

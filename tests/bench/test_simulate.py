@@ -1,0 +1,127 @@
+"""The simulator (ringzip.bench.simulate): what the loopback records, and the replay's link and
+kernel model on cases whose time is known in closed form."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from ringzip import _C
+from ringzip.bench import simulate as S
+
+GB = 1e9
+# A link model with nothing but bandwidth: 8 Gbit/s = 1 GB/s per NIC and direction.
+BANDWIDTH_ONLY = dict(net_gbit=8.0, net_latency_us=0.0, intra_gbyte=1e6, intra_latency_us=0.0)
+FREE = S.Kernels({"copy": 1e9, "encode": 1e9, "decode_accumulate": 1e9, "decode_add_encode": 1e9, "feedback": 1e9})
+
+
+def sent(trace, r):
+    return sum(e[2] for e in trace.events(r) if e[0] == "send")
+
+
+@pytest.mark.parametrize("codec,algo", [("none", "ring"), ("none", "rd"), ("q4", "sra"), ("q4", "ring"),
+                                        ("topk:0.01", "sparse")])
+def test_recording_leaves_results_alone_and_pairs_every_message(codec, algo):
+    n, count = 5, 10_001
+    xs = [torch.randn(count, generator=torch.Generator().manual_seed(r)) for r in range(n)]
+    trace = _C.sim.Trace()
+    if codec == "none":
+        plain = _C.loopback.collective("allreduce", xs, algorithm=algo)
+        got = _C.loopback.collective("allreduce", xs, algorithm=algo, trace=trace)
+    else:
+        plain = _C.loopback.compressed("allreduce", xs, codec, algorithm=algo)[0]
+        got = _C.loopback.compressed("allreduce", xs, codec, algorithm=algo, trace=trace)[0]
+    assert all(torch.equal(a, b) for a, b in zip(plain, got))
+    assert len(trace) == n
+    ev = [trace.events(r) for r in range(n)]
+    sends = sorted((r, p, t, b) for r in range(n) for k, p, b, _, t, _ in ev[r] if k == "send")
+    recvs = sorted((p, r, t, b) for r in range(n) for k, p, b, _, t, _ in ev[r] if k == "recv")
+    assert sends == recvs  # every send has its receive, same bytes, same tag
+    for r in range(n):  # every request is waited for once, after it was posted
+        posted = [i for k, _, _, i, _, _ in ev[r] if k in ("send", "recv")]
+        waited = [i for k, _, _, i, _, _ in ev[r] if k == "wait"]
+        assert sorted(waited) == posted
+    if codec != "none":
+        assert any(k == "encode" or k.endswith("feedback") or k == "reduce_encode" for k, *_ in ev[0])
+
+
+def test_the_ring_moves_2_n_minus_1_over_n_of_the_data_at_the_link_rate():
+    n, count = 4, 1 << 18
+    trace = S.record(n, count, "none", "ring")
+    size = 4 * count
+    assert all(sent(trace, r) == 2 * (n - 1) * size // n for r in range(n))
+    t = S.replay(trace, S.Links.layout(n, 1, **BANDWIDTH_ONLY), FREE)["time"]
+    assert t == pytest.approx(2 * (n - 1) / n * size / GB, rel=0.02)
+    # Twice the bytes, twice the time; a quarter of the rate, four times.
+    assert S.replay(trace, S.Links.layout(n, 1, **BANDWIDTH_ONLY), FREE, scale=2)["time"] == \
+        pytest.approx(2 * t, rel=1e-6)
+    quarter = dict(BANDWIDTH_ONLY, net_gbit=2.0)
+    assert S.replay(trace, S.Links.layout(n, 1, **quarter), FREE)["time"] == pytest.approx(4 * t, rel=1e-6)
+
+
+def test_ranks_of_one_machine_share_its_nic():
+    n, count = 4, 1 << 16
+    trace = S.record(n, count, "none", "ring")
+    links = lambda machine_of: S.Links(machine_of, **BANDWIDTH_ONLY)  # noqa: E731
+    one_each = S.replay(trace, links([0, 1, 2, 3]), FREE)
+    node_major = S.replay(trace, links([0, 0, 1, 1]), FREE)  # the ring crosses each NIC once per step
+    interleaved = S.replay(trace, links([0, 1, 0, 1]), FREE)  # every hop crosses: two flows per NIC
+    assert node_major["wire_bytes"] == one_each["wire_bytes"] // 2
+    assert node_major["time"] == pytest.approx(one_each["time"], rel=0.02)
+    assert interleaved["time"] == pytest.approx(2 * one_each["time"], rel=0.02)
+
+
+def test_a_message_waits_for_its_receive_and_kernels_queue_for_cores():
+    ms = 1e-3
+    kern = S.Kernels({"copy": 1.0})  # a copy of 1e6 bytes: 1 ms
+    # Rank 1 copies 10 ms before it posts the receive: the payload moves after that (rendezvous).
+    trace = _C.sim.Trace([[("send", 1, 1_000_000, 0, 7), ("wait", -1, 0, 0, 0)],
+                          [("copy", -1, 10_000_000, -1, 0), ("recv", 0, 1_000_000, 0, 7), ("wait", -1, 0, 0, 0)]])
+    res = S.replay(trace, S.Links.layout(2, 1, **BANDWIDTH_ONLY), kern)
+    assert res["time"] == pytest.approx(10 * ms + 1 * ms)
+    # Four ranks with one 10 ms kernel each on two cores: two rounds.
+    four = _C.sim.Trace([[("copy", -1, 10_000_000, -1, 0)] for _ in range(4)])
+    assert S.replay(four, S.Links.layout(4, 1, **BANDWIDTH_ONLY, cores=2), kern)["time"] == pytest.approx(20 * ms)
+    assert S.replay(four, S.Links.layout(4, 1, **BANDWIDTH_ONLY), kern)["time"] == pytest.approx(10 * ms)
+
+
+def test_a_receive_nobody_sends_is_reported_not_hung():
+    trace = _C.sim.Trace([[("recv", 1, 8, 0, 3), ("wait", -1, 0, 0, 0)], [("send", 0, 8, 0, 4), ("wait", -1, 0, 0, 0)]])
+    with pytest.raises(RuntimeError, match="ranks \\[0, 1\\] wait for messages never sent"):
+        S.replay(trace, S.Links.layout(2, 1, **BANDWIDTH_ONLY), FREE)
+
+
+def test_a_node_aware_trace_crosses_the_nics_with_one_shard_per_rank():
+    nodes, per, count = 2, 2, 1 << 16
+    node_of = [r // per for r in range(nodes * per)]
+    trace = S.record(nodes * per, count, "none", "ring", nodes=node_of)
+    res = S.replay(trace, S.Links(node_of, **BANDWIDTH_ONLY), FREE)
+    # Between the 2 nodes each rank all-reduces its shard (count/per) with its twin: 2 (N-1)/N of it.
+    assert res["wire_bytes"] == nodes * per * 2 * (nodes - 1) * (4 * count // per) // nodes
+
+
+def test_threads_of_a_rank_replay_as_lanes_that_wait_for_each_others_hand_offs():
+    ms = 1e-3
+    kern = S.Kernels({"copy": 1.0})
+    # Lane 1 copies for 10 ms, then marks point 0; lane 0 sends only after that point.
+    trace = _C.sim.Trace([[("after", -1, 0, 0, 0, 0), ("send", 1, 1_000_000, 0, 7, 0), ("wait", -1, 0, 0, 0, 0),
+                           ("copy", -1, 10_000_000, -1, 0, 1), ("mark", -1, 0, 0, 0, 1)],
+                          [("recv", 0, 1_000_000, 0, 7), ("wait", -1, 0, 0, 0)]])
+    assert S.replay(trace, S.Links.layout(2, 1, **BANDWIDTH_ONLY), kern)["time"] == pytest.approx(11 * ms)
+
+
+def test_the_node_aware_pipeline_is_recorded_with_its_second_thread_and_hand_offs():
+    nodes, per, count = 2, 2, 4 << 20  # 16 MiB per rank: two chunks, pipelined on two threads
+    node_of = [r // per for r in range(nodes * per)]
+    trace = S.record(nodes * per, count, "none", "ring", nodes=node_of)
+    ev = trace.events(0)
+    assert {e[5] for e in ev} == {0, 1}
+    assert sorted(e[3] for e in ev if e[0] == "mark") == [0, 1, 2, 3]  # inside and between stage of each chunk
+    assert sorted(e[3] for e in ev if e[0] == "after") == [0, 1, 2, 3]
+    slow_inside = dict(BANDWIDTH_ONLY, intra_gbyte=1.0)
+    threaded = S.replay(trace, S.Links(node_of, **slow_inside), FREE)["time"]
+    # Each NIC carries its node's shards (per x 2 (N-1)/N of a shard); inside the node the
+    # reduce-scatter and the all-gather move 2 (P-1)/P of the data per rank. Pipelined, the two
+    # chunks' stages overlap: less than the stages one after the other, no less than the NIC's time.
+    wire = per * 2 * (nodes - 1) / nodes * (4 * count / per) / GB
+    inside = 2 * (per - 1) / per * 4 * count / GB
+    assert wire <= threaded < 0.9 * (wire + inside)
