@@ -200,11 +200,15 @@ class Replay {
     const double rate = inside ? m_.intra_bytes_per_s : m_.net_bytes_per_s;
     const double latency = inside ? m_.intra_latency_s : m_.net_latency_s;
     if (!inside) wire_ += static_cast<double>(msg.bytes);
-    const double start = std::max({now, out, in});
-    const double end = start + static_cast<double>(msg.bytes) / rate;
-    out = in = end;
-    complete(msg.src, msg.send_id, end);
-    complete(msg.dst, msg.recv_id, end + latency);
+    // The sender's link serializes what it sends and the receiver's what arrives, each on its
+    // own: a sender is never held up by a busy receiver of another message (a switch buffers),
+    // so an all-to-all keeps every link busy, as fair sharing would.
+    const double span = static_cast<double>(msg.bytes) / rate;
+    const double start = std::max(now, out);
+    out = start + span;
+    in = std::max(start, in) + span;
+    complete(msg.src, msg.send_id, out);
+    complete(msg.dst, msg.recv_id, in + latency);
   }
 
   void complete(int r, int64_t id, double when) {

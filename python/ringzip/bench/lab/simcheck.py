@@ -2,7 +2,8 @@
 collective benchmark on shaped links, then each row replayed (ringzip.bench.simulate).
 
     python -m ringzip.bench.lab.simcheck measure --out DIR      the measurements (root; ~30 min)
-    python -m ringzip.bench.lab.simcheck check DIR --kernels K  simulate every row; error table
+    python -m ringzip.bench.lab.simcheck pack DIR FILE          them as one compact file
+    python -m ringzip.bench.lab.simcheck check FILE --kernels K simulate every row; error table
 
 measure: 1 and 2 Gbit/s; one rank per emulated machine with 2, 3, 4 and 6 ranks, and 2 machines of
 2 and of 3 ranks (flat and node-aware); per layout three sweeps of 1-64 MiB float32 all-reduce,
@@ -50,14 +51,29 @@ def measure(out: str, layouts=LAYOUTS, rates=RATES, iters: int = 5) -> None:
                 print(f"{os.path.basename(path)}: {time.time() - t:.0f} s", flush=True)
 
 
-def rows_of(directory: str) -> list[tuple[dict, dict]]:
-    """(header, row) of every measured ringzip row without an error."""
+HEADER_KEYS = ("date", "cpu", "command", "nodes", "nproc_per_node", "link_gbit", "tcp_goodput_gbit")
+ROW_KEYS = ("size_bytes", "count", "codec", "algorithm", "hierarchy", "nproc", "iters", "time_us", "time_us_min",
+            "codec_share")
+
+
+def pack(directory: str) -> list[dict]:
+    """The measured sweeps of DIR, each as its header's and rows' fields the check reads."""
     out = []
     for path in sorted(glob.glob(os.path.join(directory, "*.json"))):
         with open(path) as f:
             d = json.load(f)
-        out += [(d["header"], r) for r in d["results"] if r["backend"] == "ringzip" and not r.get("error")]
+        h = {k: d["header"].get(k) for k in HEADER_KEYS}
+        h["topology"] = {k: {"node_of": v.get("node_of"), "node_aware": v.get("node_aware")}
+                         for k, v in d["header"].get("topology", {}).items()}
+        out.append({"header": h, "results": [{k: r.get(k) for k in ROW_KEYS} for r in d["results"]
+                                             if r["backend"] == "ringzip" and not r.get("error")]})
     return out
+
+
+def rows_of(path: str) -> list[tuple[dict, dict]]:
+    """(header, row) of every measured ringzip row: from a directory of sweeps or a packed file."""
+    sweeps = pack(path) if os.path.isdir(path) else json.load(open(path))
+    return [(s["header"], r) for s in sweeps for r in s["results"]]
 
 
 def main(argv=None) -> None:
@@ -66,14 +82,20 @@ def main(argv=None) -> None:
     m = sub.add_parser("measure")
     m.add_argument("--out", required=True)
     m.add_argument("--iters", type=int, default=5)
+    k = sub.add_parser("pack", help="DIR's sweeps as one compact JSON file (what check reads)")
+    k.add_argument("dir")
+    k.add_argument("out")
     c = sub.add_parser("check")
-    c.add_argument("dir")
+    c.add_argument("dir", help="the measurements: measure's DIR or pack's file")
     c.add_argument("--kernels", required=True, help="ringzip-bench kernels --json output of this machine")
     c.add_argument("--json", help="write the validation here")
     c.add_argument("--table", help="write the markdown table here")
     a = p.parse_args(argv)
     if a.cmd == "measure":
         measure(a.out, iters=a.iters)
+    elif a.cmd == "pack":
+        with open(a.out, "w") as f:
+            json.dump(pack(a.dir), f, separators=(",", ":"))
     else:
         from .. import simulate
 
