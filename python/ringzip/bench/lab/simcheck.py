@@ -63,6 +63,7 @@ def pack(directory: str) -> list[dict]:
         with open(path) as f:
             d = json.load(f)
         h = {k: d["header"].get(k) for k in HEADER_KEYS}
+        h["command"] = (h["command"] or "").replace(os.path.join(os.path.abspath(directory), ""), "")  # DIR's files by name
         h["topology"] = {k: {"node_of": v.get("node_of"), "node_aware": v.get("node_aware")}
                          for k, v in d["header"].get("topology", {}).items()}
         out.append({"header": h, "results": [{k: r.get(k) for k in ROW_KEYS} for r in d["results"]
