@@ -26,9 +26,10 @@ import time
 from pathlib import Path
 
 from .. import simulate as S
+from ..common import default_results_dir
 
-ROOT = Path(__file__).resolve().parents[4]
-H200 = ROOT / "bench" / "results" / "gpu_kernels_h200.json"
+# The checkout's record (an installed package reads it from the working directory's bench/results).
+H200 = default_results_dir() / "gpu_kernels_h200.json"
 MIB = 1 << 20
 LATENCY_US, INTRA_GBYTE, INTRA_LATENCY_US = 10.0, 300.0, 3.0
 
@@ -185,7 +186,7 @@ def _write(out: str, what: str, result: dict, body: str) -> None:
 
     head = {"date": datetime.datetime.now().strftime("%Y-%m-%d %H:%M"), "cpu": cpu_model(),
             "command": f"python -m ringzip.bench.lab.scale_sim {what} --out {out}",
-            "gpu_kernels": str(H200.relative_to(ROOT)), "latency_us": LATENCY_US, "intra_gbyte": INTRA_GBYTE,
+            "gpu_kernels": "bench/results/" + H200.name, "latency_us": LATENCY_US, "intra_gbyte": INTRA_GBYTE,
             "intra_latency_us": INTRA_LATENCY_US}
     Path(out + ".json").write_text(json.dumps({"header": head, what: result}, indent=1))
     Path(out + ".md").write_text(f"# {what}\n\n{head['date']}, recorded and replayed on {head['cpu']}, "
