@@ -23,6 +23,7 @@ replay itself is compiled (csrc/sim/replay.cc): a million events take about a se
 from __future__ import annotations
 
 import json
+import statistics
 from dataclasses import dataclass, field
 
 import torch
@@ -275,24 +276,20 @@ def _topology(header: dict, row: dict) -> dict:
     return header.get("topology", {}).get(row.get("key") or "", {}) or {}
 
 
-def simulate_row(header: dict, row: dict, kernel_rows: list[dict], cache: dict, **link_kw) -> dict:
+def simulate_row(header: dict, row: dict, kernel_rows: list[dict], recorder: Recorder, **link_kw) -> dict:
     """The replay of one measured `ringzip-bench collective` row, on the links its header names."""
     topo = _topology(header, row)
     per = header.get("nproc_per_node") or 1
     node_of = topo.get("node_of") or [r // per for r in range(row["nproc"])]
     node_aware = topo.get("node_aware", row.get("hierarchy") == "node")
-    key = (row["nproc"], row["count"], row["codec"], row["algorithm"], tuple(node_of) if node_aware else None)
-    if key not in cache:
-        cache.clear()  # one recording held at a time: they are large at 64 MiB
-        cache[key] = record(row["nproc"], row["count"], row["codec"], row["algorithm"],
-                            list(node_of) if node_aware else None)
+    trace, scale = recorder.trace(row["nproc"], row["count"], row["codec"], row["algorithm"],
+                                  list(node_of) if node_aware else None)
     links = Links(node_of, header.get("tcp_goodput_gbit") or header["link_gbit"], **link_kw)
-    return replay(cache[key], links, cpu_kernels(kernel_rows, row["codec"], row["size_bytes"]))
+    return replay(trace, links, cpu_kernels(kernel_rows, row["codec"], row["size_bytes"]), scale)
 
 
 def _median(xs):
-    xs = sorted(xs)
-    return (xs[(len(xs) - 1) // 2] + xs[len(xs) // 2]) / 2 if xs else float("nan")
+    return statistics.median(xs) if xs else float("nan")
 
 
 def calibrate(rows: list[tuple[dict, dict]], kernel_rows: list[dict], **link_kw) -> dict:
@@ -301,12 +298,13 @@ def calibrate(rows: list[tuple[dict, dict]], kernel_rows: list[dict], **link_kw)
     median of what the replay leaves unexplained."""
     if not rows:
         return {}
-    cache, base = {}, []
+    # The calibration calls are small: every recording kept, each made once for all latencies.
+    recorder, base = Recorder(record_bytes=1 << 62, keep=len(rows)), []
     for header, row in rows:
         base.append((header, row, row["time_us"]))
     best = None
     for lat in range(0, 1005, 5):
-        sims = [simulate_row(h, dict(r, key=_key(r)), kernel_rows, cache, **dict(link_kw, net_latency_us=lat))["time"] * 1e6
+        sims = [simulate_row(h, dict(r, key=_key(r)), kernel_rows, recorder, **dict(link_kw, net_latency_us=lat))["time"] * 1e6
                 for h, r, _ in base]
         call = max(0.0, _median([m - s for (_, _, m), s in zip(base, sims)]))
         err = _median([abs((s + call) / m - 1) for (_, _, m), s in zip(base, sims)])
@@ -320,14 +318,14 @@ def _key(row):
 
 
 def validate(rows: list[tuple[dict, dict]], kernel_rows: list[dict], **link_kw) -> dict:
-    out, cache = [], {}
+    out, recorder = [], Recorder(record_bytes=1 << 62, keep=1)  # at the measured size; large at 64 MiB
     order = sorted(rows, key=lambda hr: (hr[1]["nproc"], hr[1]["count"], hr[1]["codec"], hr[1]["algorithm"],
                                          str(hr[1].get("hierarchy"))))
     for header, row in order:
         row = dict(row, key=_key(row))
         if row.get("hierarchy") == "node" and not _topology(header, row).get("node_aware", True):
             continue  # one rank per machine: the backend ran it flat, a repeat of the flat row
-        sim = simulate_row(header, row, kernel_rows, cache, **link_kw)
+        sim = simulate_row(header, row, kernel_rows, recorder, **link_kw)
         measured = row["time_us"] * 1e-6
         out.append({"layout": f"{header.get('nodes') or row['nproc']}x{header.get('nproc_per_node') or 1}",
                     "link_gbit": header["link_gbit"], "size_bytes": row["size_bytes"], "codec": row["codec"],

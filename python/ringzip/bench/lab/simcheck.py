@@ -8,9 +8,9 @@ collective benchmark on shaped links, then each row replayed (ringzip.bench.simu
 measure: 1 and 2 Gbit/s; one rank per emulated machine with 2, 3, 4 and 6 ranks, and 2 machines of
 2 and of 3 ranks (flat and node-aware); per layout three sweeps of 1-64 MiB float32 all-reduce,
 named algorithms only (a row the tuner chose for would not say what to replay): exact over the
-ring, fp16 / bf16 / q8 / q4 / q2 / q1 over the ring and sra, topk:0.01 sparse; and one of 4 B -
-64 KiB exact calls over the ring, which calibrates the two costs the link model cannot know (a
-message's latency, a call's fixed cost). One JSON file per sweep in DIR. K: `ringzip-bench kernels
+ring, fp16 / bf16 / q8 / q4 / q2 / q1 over the ring and sra, topk:0.01 sparse. check fits the two
+costs the link model cannot know (a message's latency, a call's fixed cost) on the exact 1 MiB
+calls and predicts every other row. One JSON file per sweep in DIR. K: `ringzip-bench kernels
 --json K` on the same machine, 1-64 MiB (kernel speeds are taken at the call's size: a 64 MiB
 call runs its kernels out of cache).
 """
@@ -26,23 +26,20 @@ import time
 
 LAYOUTS = ((2, 1), (3, 1), (4, 1), (6, 1), (2, 2), (2, 3))  # machines x ranks per machine
 RATES = ("1gbit", "2gbit")
-# (codecs, algorithms, sizes); the last: the calibration of the per-message and per-call costs
-SWEEPS = (("none", "ring", ("1M", "64M")), ("fp16,bf16,q8,q4,q2,q1", "ring,sra", ("1M", "64M")),
-          ("topk:0.01", "sparse", ("1M", "64M")), ("none", "ring", ("4", "64K")))
-CALIBRATION_BYTES = 64 << 10  # rows up to this size calibrate, the others validate
+SWEEPS = (("none", "ring"), ("fp16,bf16,q8,q4,q2,q1", "ring,sra"), ("topk:0.01", "sparse"))
 
 
 def measure(out: str, layouts=LAYOUTS, rates=RATES, iters: int = 5) -> None:
     os.makedirs(out, exist_ok=True)
     for rate in rates:
         for machines, per in layouts:
-            for i, (codecs, algos, sizes) in enumerate(SWEEPS):
+            for i, (codecs, algos) in enumerate(SWEEPS):
                 path = os.path.join(out, f"m{machines}x{per}_{rate}_{i}.json")
                 if os.path.exists(path):
                     continue
                 cmd = [sys.executable, "-m", "ringzip.bench", "collective", "--backend", "ringzip",
                        "--nodes", str(machines), "--nproc-per-node", str(per), "--net", rate,
-                       "-b", sizes[0], "-e", sizes[1], "-f", "16" if i == 3 else "4", "--codec", codecs, "--algorithm", algos,
+                       "-b", "1M", "-e", "64M", "-f", "4", "--codec", codecs, "--algorithm", algos,
                        "--iters", str(iters), "--warmup", "2", "--time-budget", "1.0", "--json", path, "-q"]
                 if per > 1:
                     cmd += ["--hierarchy", "flat,node"]
