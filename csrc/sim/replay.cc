@@ -32,18 +32,36 @@ struct KeyHash {
   }
 };
 
-struct Item {  // something that happens at time t: a lane resumes, or a message may start
+// Something that happens at time t: a lane resumes (lane >= 0), message `id` is ready to move
+// (kReady), sending link `id` is free for its next chunk (kLinkFree), or a chunk of message `id`
+// of `span` seconds reaches the receiver's link (kArrive).
+constexpr int kReady = -1, kLinkFree = -2, kArrive = -3;
+struct Item {
   double t;
   uint64_t tick;  // ties in the order they were scheduled
-  int lane;       // -1: message `msg` is ready to move
-  size_t msg;
+  int lane;
+  size_t id;
+  double span;
   bool operator>(const Item& o) const { return t != o.t ? t > o.t : tick > o.tick; }
 };
+
+// A message moves in up to kChunks chunks (none under kMinChunk bytes): a sending link takes its
+// ready messages' chunks in turn, as the sockets of one sender share its NIC, and a receiving
+// link takes chunks in the order they reach it. Whole messages one after another (first come,
+// first served on the sender's link) let a receiver's link sit idle while the messages for it
+// waited behind others: the direct exchange of n ranks took (2n-3) buffer times, not n-1.
+constexpr uint64_t kChunks = 16, kMinChunk = 64 << 10;
 
 struct Message {
   int src, dst;
   uint64_t bytes;
   int64_t send_id, recv_id;
+  uint64_t left = 0, chunk = 0;  // bytes not yet sent, bytes per chunk
+};
+
+struct Link {  // a sending side: the messages taking turns on it
+  std::deque<size_t> turns;
+  bool busy = false;
 };
 
 // A lane: the events one thread of a rank issued, in order.
@@ -52,6 +70,7 @@ struct Lane {
   std::vector<const Event*> events;
   size_t pc = 0;
   int64_t waiting = -1;  // request waited for
+  bool paid = false;     // the send at pc has cost its overhead
   double finish = 0;
 };
 
@@ -66,8 +85,9 @@ class Replay {
       if (mach < 0) throw std::invalid_argument("machine numbers must be >= 0");
       machines = std::max(machines, mach + 1);
     }
-    net_out_.assign(machines, 0), net_in_.assign(machines, 0);
-    intra_out_.assign(n_, 0), intra_in_.assign(n_, 0);
+    machines_ = machines;
+    out_.resize(machines + n_);
+    net_in_.assign(machines, 0), intra_in_.assign(n_, 0);
     compute_.assign(n_, 0);
     done_.resize(n_), lane_of_.resize(n_), marks_.resize(n_), after_.resize(n_);
     for (int r = 0; r < n_; ++r) {
@@ -96,8 +116,12 @@ class Replay {
     while (!queue_.empty()) {
       const Item it = queue_.top();
       queue_.pop();
-      if (it.lane < 0)
-        transfer(it.t, messages_[it.msg]);
+      if (it.lane == kReady)
+        ready(it.t, it.id);
+      else if (it.lane == kLinkFree)
+        next_chunk(it.t, static_cast<int>(it.id));
+      else if (it.lane == kArrive)
+        arrive(it.t, messages_[it.id], it.span);
       else
         resume(it.lane, it.t);
     }
@@ -116,7 +140,7 @@ class Replay {
   }
 
  private:
-  void push(double t, int lane, size_t msg) { queue_.push({t, tick_++, lane, msg}); }
+  void push(double t, int lane, size_t id, double span = 0) { queue_.push({t, tick_++, lane, id, span}); }
 
   void resume(int a, double now) {
     Lane& lane = lanes_[a];
@@ -145,6 +169,12 @@ class Replay {
         }
         continue;
       }
+      if (e.kind == Kind::Send && m_.send_overhead > 0 && !lane.paid) {
+        lane.paid = true;
+        push(now + m_.send_overhead, a, 0);
+        return;
+      }
+      lane.paid = false;
       ++lane.pc;
       if (e.kind == Kind::Send || e.kind == Kind::Recv) {
         post(r, e, now);
@@ -190,25 +220,49 @@ class Replay {
     const Pending other = theirs.front();
     theirs.pop_front();
     messages_.push_back(send ? Message{r, e.peer, bytes, e.id, other.id} : Message{e.peer, r, other.bytes, other.id, e.id});
-    push(now, -1, messages_.size() - 1);  // both posted: it moves (a receive's ready notice came)
+    push(now, kReady, messages_.size() - 1);  // both posted: it moves (a receive's ready notice came)
   }
 
-  void transfer(double now, const Message& msg) {
-    const bool inside = m_.machine_of[msg.src] == m_.machine_of[msg.dst];
-    double& out = inside ? intra_out_[msg.src] : net_out_[m_.machine_of[msg.src]];
-    double& in = inside ? intra_in_[msg.dst] : net_in_[m_.machine_of[msg.dst]];
-    const double rate = inside ? m_.intra_bytes_per_s : m_.net_bytes_per_s;
-    const double latency = inside ? m_.intra_latency_s : m_.net_latency_s;
-    if (!inside) wire_ += static_cast<double>(msg.bytes);
-    // The sender's link serializes what it sends and the receiver's what arrives, each on its
-    // own: a sender is never held up by a busy receiver of another message (a switch buffers),
-    // so an all-to-all keeps every link busy, as fair sharing would.
-    const double span = static_cast<double>(msg.bytes) / rate;
-    const double start = std::max(now, out);
-    out = start + span;
-    in = std::max(start, in) + span;
-    complete(msg.src, msg.send_id, out);
-    complete(msg.dst, msg.recv_id, in + latency);
+  bool inside(const Message& msg) const { return m_.machine_of[msg.src] == m_.machine_of[msg.dst]; }
+
+  // Sending links: each machine's NIC, then each rank's link inside its machine.
+  int out_link(const Message& msg) const { return inside(msg) ? machines_ + msg.src : m_.machine_of[msg.src]; }
+
+  void ready(double now, size_t i) {
+    Message& msg = messages_[i];
+    if (!inside(msg)) wire_ += static_cast<double>(msg.bytes);
+    msg.left = msg.bytes;
+    msg.chunk = std::max(kMinChunk, (msg.bytes + kChunks - 1) / kChunks);
+    Link& l = out_[out_link(msg)];
+    l.turns.push_back(i);
+    if (!l.busy) next_chunk(now, out_link(msg));
+  }
+
+  void next_chunk(double now, int link) {
+    Link& l = out_[link];
+    l.busy = !l.turns.empty();
+    if (!l.busy) return;
+    const size_t i = l.turns.front();
+    l.turns.pop_front();
+    Message& msg = messages_[i];
+    const uint64_t bytes = std::min(msg.left, msg.chunk);
+    msg.left -= bytes;
+    const double span = static_cast<double>(bytes) / (inside(msg) ? m_.intra_bytes_per_s : m_.net_bytes_per_s);
+    if (msg.left > 0)
+      l.turns.push_back(i);
+    else
+      complete(msg.src, msg.send_id, now + span);
+    push(now, kArrive, i, span);  // its first bytes reach the receiver's link as they leave
+    push(now + span, kLinkFree, static_cast<size_t>(link));
+  }
+
+  void arrive(double now, const Message& msg, double span) {
+    const bool in_machine = inside(msg);
+    double& in = in_machine ? intra_in_[msg.dst] : net_in_[m_.machine_of[msg.dst]];
+    in = std::max(now, in) + span;
+    // The last chunk leaves after the others reached this link (their events came first).
+    if (msg.left == 0)
+      complete(msg.dst, msg.recv_id, in + (in_machine ? m_.intra_latency_s : m_.net_latency_s));
   }
 
   void complete(int r, int64_t id, double when) {
@@ -229,7 +283,9 @@ class Replay {
   std::vector<std::unordered_map<int64_t, double>> marks_;            // per rank: point -> when reached
   std::vector<std::unordered_map<int64_t, std::vector<int>>> after_;  // per rank: point -> lanes waiting
   std::vector<double> compute_;
-  std::vector<double> net_out_, net_in_, intra_out_, intra_in_;  // when each link is free
+  int machines_ = 0;
+  std::vector<Link> out_;                   // sending links (out_link)
+  std::vector<double> net_in_, intra_in_;  // when each receiving link is free
   std::priority_queue<double, std::vector<double>, std::greater<>> cores_;
   std::unordered_map<Key, std::deque<Pending>, KeyHash> sends_, recvs_;
   std::vector<Message> messages_;

@@ -19,6 +19,9 @@ struct Model {
   std::array<double, kKinds> per_unit{}, per_input{};
   double launch = 0;
   double scale = 1;  // every byte and element count of the trace times this
+  // Seconds a send costs the thread that posts it before its bytes move (a system call, a
+  // wake-up: LogP's o), paid in turn: n-1 sends of an all-to-all cost n-1 of them.
+  double send_overhead = 0;
 };
 
 struct Result {

@@ -70,6 +70,30 @@ def test_ranks_of_one_machine_share_its_nic():
     assert interleaved["time"] == pytest.approx(2 * one_each["time"], rel=0.02)
 
 
+@pytest.mark.parametrize("n", [4, 8])
+def test_an_all_to_all_keeps_every_link_busy(n):
+    """The direct exchange: every rank sends its buffer to the n-1 others at once. Each NIC sends
+    and receives n-1 buffers, so the call takes (n-1) buffer times, plus at most a chunk (1/16 of
+    a buffer) per sender where the first chunks of several senders meet at one receiver. Whole
+    messages served in turn left a receiver's link idle while the messages for it waited behind
+    others: (2n-3) buffer times."""
+    trace = S.record(n, n, "none", "direct")
+    size = 64 << 20
+    t = S.replay(trace, S.Links.layout(n, 1, **BANDWIDTH_ONLY), FREE, scale=size / (4 * n))["time"]
+    buffer_time = size / GB
+    assert (n - 1) * buffer_time < t <= (n - 1) * (1 + 1 / 16) * buffer_time * 1.001
+
+
+def test_each_send_costs_its_thread_the_send_overhead():
+    """LogP's o: a rank's n-1 sends of the direct exchange are posted one after another."""
+    n, o_us = 8, 5.0
+    trace = S.record(n, n, "none", "direct")  # 4-byte buffers: the wire takes nothing
+    base = S.replay(trace, S.Links.layout(n, 1, **BANDWIDTH_ONLY), FREE)["time"]
+    slow = S.replay(trace, S.Links.layout(n, 1, **BANDWIDTH_ONLY, send_us=o_us), FREE)["time"]
+    assert slow == pytest.approx((n - 1) * o_us * 1e-6, rel=0.01)
+    assert base < 0.02 * slow
+
+
 def test_a_message_waits_for_its_receive_and_kernels_queue_for_cores():
     ms = 1e-3
     kern = S.Kernels({"copy": 1.0})  # a copy of 1e6 bytes: 1 ms

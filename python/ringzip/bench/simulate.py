@@ -72,6 +72,7 @@ class Links:
     intra_latency_us: float = 5.0
     cores: int | None = None         # kernels of ALL ranks share this many cores (None: one per rank)
     call_us: float = 0.0             # what every call costs beyond its messages and kernels
+    send_us: float = 0.0             # what each send costs the thread posting it (LogP's o)
 
     @classmethod
     def layout(cls, machines: int, per_machine: int, **kw) -> "Links":
@@ -148,7 +149,7 @@ def replay(trace, links: Links, kernels: Kernels, scale: float = 1.0) -> dict:
     unit, per_input = kernels.coefficients()
     res = _C.sim.replay(trace, list(links.machine_of), links.net_gbit * 1e9 / 8, links.net_latency_us * 1e-6,
                         links.intra_gbyte * 1e9, links.intra_latency_us * 1e-6, links.cores or 0, unit, per_input,
-                        kernels.launch_us * 1e-6, scale)
+                        kernels.launch_us * 1e-6, scale, links.send_us * 1e-6)
     res["time"] += links.call_us * 1e-6
     return res
 
