@@ -60,13 +60,15 @@ std::optional<double> call_sample(const Estimate& e, double seconds, double typi
   return std::max(0.0, seconds - (e.total - call));
 }
 
-Estimate combine(double messages, double wire_bytes, double compute, double overlap, const Link& l, double host_bytes) {
+Estimate combine(double messages, double wire_bytes, double compute, double overlap, const Link& l, double host_bytes,
+                 double launches) {
   Estimate e;
   e.messages = messages;
+  e.launches = launches;
   e.wire_bytes = wire_bytes;
   e.host_bytes = host_bytes < 0 ? wire_bytes : host_bytes;
   e.overlap = overlap;
-  e.latency = messages * l.alpha + l.call;
+  e.latency = messages * l.alpha + launches * l.launch + l.call;
   e.wire = wire_bytes * l.inv_bw;
   e.host_bound = e.host_bytes * l.inv_host > e.wire;
   if (e.host_bound) e.wire = e.host_bytes * l.inv_host;
@@ -81,17 +83,22 @@ Estimate dense_allreduce(AllreduceAlgo a, size_t bytes, int n, const Link& l) {
   const int K = floor_log2(n), p = 1 << K;
   const double fold = n != p ? 1.0 : 0.0;
   switch (a) {
+    // The root (star) or every rank (direct) reduces each of n parts through n-1 slots, then
+    // copies n+1 slices: n^2 + 1 kernels.
     case AllreduceAlgo::Star:  // the root receives n-1 buffers, reduces, sends n-1
       return combine(latency_units(2, 2.0 * (n - 1) / n), 2.0 * (n - 1) * S, (n - 1) * S * l.reduce, 0, l,
-                     2.0 * (n - 1) / n * S);
+                     2.0 * (n - 1) / n * S, static_cast<double>(n) * n + 1);
     case AllreduceAlgo::Direct:  // one round, every rank sends its buffer to every other
-      return combine(latency_units(1, n - 1), (n - 1) * S, (n - 1) * S * l.reduce, 0, l);
+      return combine(latency_units(1, n - 1), (n - 1) * S, (n - 1) * S * l.reduce, 0, l, -1,
+                     static_cast<double>(n) * n + 1);
+    // Recursive doubling and halving-doubling: a reduction and a copy per level (a partner's
+    // fold-in reduction takes its first level's copy's place).
     case AllreduceAlgo::RecursiveDoubling:  // the n - p folded ranks send twice, their partners once more
       return combine(latency_units(K + 2 * fold, K + 2 * fold), (K + 2 * fold) * S, (K + fold) * S * l.reduce, 0, l,
-                     (K + 2.0 * (n - p) / n) * S);
+                     (K + 2.0 * (n - p) / n) * S, 2 * K);
     case AllreduceAlgo::HalvingDoubling:
       return combine(latency_units(2 * K + 2 * fold, 2 * K + 2 * fold), 2.0 * (p - 1) / p * S + 2 * fold * S,
-                     ((p - 1.0) / p + fold) * S * l.reduce, 0, l, (2.0 * (p - 1) + 2.0 * (n - p)) / n * S);
+                     ((p - 1.0) / p + fold) * S * l.reduce, 0, l, (2.0 * (p - 1) + 2.0 * (n - p)) / n * S, 2 * K);
     case AllreduceAlgo::Tree: {  // collective/dense/tree.cc: segments of S/8 clamped to 256 KiB..1 MiB
       const int D = floor_log2(n);
       const double seg = std::clamp(S / 8, 256.0 * 1024, 1024.0 * 1024), k = std::max(1.0, ceil_div(S, seg));
@@ -99,14 +106,15 @@ Estimate dense_allreduce(AllreduceAlgo a, size_t bytes, int n, const Link& l) {
       // Per step an inner node sends a segment up and one to each child and reduces two.
       const double fan = n >= 5 ? 3 : (n >= 3 ? 2 : 1);
       return combine(latency_units(steps, 2.0 * (n - 1) * k / n), steps * fan * s,
-                     steps * std::min(2.0, fan) * s * l.reduce, 0, l, 2.0 * (n - 1) / n * S);
+                     steps * std::min(2.0, fan) * s * l.reduce, 0, l, 2.0 * (n - 1) / n * S, steps * std::min(2.0, fan));
     }
     default: {  // ring: 2(n-1) steps of one part, in segments (collective/dense/ring.cc)
       const double part = ceil_div(S, n);
       const double seg = std::clamp(part / 4, 1024.0 * 1024, 4096.0 * 1024), segs = std::max(1.0, ceil_div(part, seg));
       // Segments stream through the ring: a segment is reduced while the next one travels.
+      // One reduction per step and segment; the gather lands in place.
       return combine(latency_units(2 * (n - 1) + segs - 1, 2 * (n - 1) * segs), 2.0 * (n - 1) / n * S,
-                     (n - 1.0) / n * S * l.reduce, 1.0 - 1.0 / segs, l);
+                     (n - 1.0) / n * S * l.reduce, 1.0 - 1.0 / segs, l, -1, (n - 1) * segs);
     }
   }
 }
@@ -116,7 +124,7 @@ Estimate dense_reduce_scatter(size_t bytes, int n, const Link& l) {
   const double S = static_cast<double>(bytes), part = ceil_div(S, n);
   const double seg = std::clamp(part / 4, 1024.0 * 1024, 4096.0 * 1024), segs = std::max(1.0, ceil_div(part, seg));
   return combine(latency_units((n - 1) + segs - 1, (n - 1) * segs), (n - 1.0) / n * S, (n - 1.0) / n * S * l.reduce,
-                 1.0 - 1.0 / segs, l);
+                 1.0 - 1.0 / segs, l, -1, (n - 1) * segs);
 }
 
 namespace {
@@ -139,8 +147,11 @@ Estimate sra(const codec::Spec& s, size_t count, int n, const Link& l, const Cod
   // encode and decode the own part's sum and decode the n-1 others.
   double compute = P * (n - 1) * (send_pass + cs.decode);
   if (gather) compute += P * (cs.encode + cs.decode + (n - 1) * cs.decode);
+  // Per segment: n-1 encodes, n-1 decodes and the own part's; with the gather the own part's
+  // encode and the n-1 decodes of the others' (one pass each per message).
+  const double launches = segs * (phases * (n - 1) + 1);
   return combine(latency_units(segs + phases, phases * (n - 1) * segs), phases * (n - 1) * enc, compute,
-                 (segs - 1) / (segs + 1), l);
+                 (segs - 1) / (segs + 1), l, -1, launches);
 }
 
 // Compressed ring (collective/compressed/ring.cc): n-1 hops re-encoding the partial sum, then
@@ -149,7 +160,7 @@ Estimate ring(const codec::Spec& s, size_t count, int n, const Link& l, const Co
   const double part = ceil_div(static_cast<double>(count), n), P = 4 * part;
   const double enc = static_cast<double>(codec::encoded_bytes(s, static_cast<int64_t>(part)));
   const double compute = P * (cs.encode + (n - 1) * (cs.decode + cs.encode) + n * cs.decode);
-  return combine(latency_units(2 * (n - 1), 2 * (n - 1)), 2 * (n - 1) * enc, compute, 0, l);
+  return combine(latency_units(2 * (n - 1), 2 * (n - 1)), 2 * (n - 1) * enc, compute, 0, l, -1, 2.0 * n + 1);
 }
 
 // Top-k per block of topk_block elements (compressed::topk_blocks), sent to every peer as
@@ -161,13 +172,15 @@ Estimate sparse(const codec::Spec& s, size_t count, int n, const Link& l, const 
   if (s.kind == codec::Kind::RandomK) {
     Estimate e =
         dense_allreduce(best_dense(static_cast<size_t>(4 * (k + 1)), n, l), static_cast<size_t>(4 * (k + 1)), n, l);
-    return combine(e.messages, e.wire_bytes, e.compute + S * (pass + cs.decode), 0, l, e.host_bytes);
+    return combine(e.messages, e.wire_bytes, e.compute + S * (pass + cs.decode), 0, l, e.host_bytes, e.launches + 2);
   }
   const double blocks = ceil_div(count, compressed::topk_block_elems(count, topk_block));
   const double payload = static_cast<double>(codec::encoded_bytes(s, static_cast<int64_t>(count)));
   // Selection is a pass over the data; adding n-1 sparse payloads touches 2k elements each.
   const double compute = S * pass + (n - 1) * 8 * k * l.reduce;
-  return combine(latency_units(blocks, (n - 1) * blocks), (n - 1) * payload, compute, (blocks - 1) / blocks, l);
+  // Per block: the selection and the n payloads' decodes.
+  return combine(latency_units(blocks, (n - 1) * blocks), (n - 1) * payload, compute, (blocks - 1) / blocks, l, -1,
+                 blocks * (n + 1));
 }
 
 }  // namespace

@@ -40,6 +40,11 @@ struct Link {
   // Seconds every call costs beyond its messages and bytes: hand-offs between threads, ranks on
   // shared cores waiting for each other and for a core (measured from small calls, tuner.cc).
   double call = 0;
+  // Seconds each kernel costs beyond its bytes (a GPU's launch: a few microseconds; a host's
+  // function call: tens of nanoseconds), measured per device (host_speed.cc). The direct
+  // exchange and the star reduce n(n-1) slices in the ring's order: at 64 GPU ranks 16 ms of
+  // launches for a 64 KiB call the ring finishes in 1.5 ms.
+  double launch = 0;
 };
 
 // One codec on this host, in seconds per byte of float32 input of each pass.
@@ -50,12 +55,13 @@ struct CodecSpeed {
 };
 
 // A prediction: total = latency + max(wire, compute) + (1 - overlap) * min(wire, compute), where
-// latency = messages * alpha + call. messages and wire_bytes are the coefficients of alpha and
+// latency = messages * alpha + launches * launch + call: a kernel's launch is paid in turn on
+// the busiest rank, whatever its bytes. messages and wire_bytes are the coefficients of alpha and
 // inv_bw (a measured call teaches inv_bw, or the call cost where it is too small to: tuner.cc).
 // wire = max(wire_bytes * inv_bw, host_bytes * inv_host); host_bound says which.
 struct Estimate {
   double total = 0, latency = 0, wire = 0, compute = 0;
-  double messages = 0, wire_bytes = 0, host_bytes = 0, overlap = 0;
+  double messages = 0, wire_bytes = 0, host_bytes = 0, overlap = 0, launches = 0;
   bool host_bound = false;
 };
 
@@ -84,7 +90,7 @@ std::optional<double> call_sample(const Estimate& e, double seconds, double typi
 
 // The sum of the parts as above; host_bytes < 0: every rank sends as much as the busiest.
 Estimate combine(double messages, double wire_bytes, double compute, double overlap, const Link& l,
-                 double host_bytes = -1);
+                 double host_bytes = -1, double launches = 0);
 
 // Exact all-reduce of `bytes` over n ranks with algorithm a (not Auto).
 Estimate dense_allreduce(AllreduceAlgo a, size_t bytes, int n, const Link& l);

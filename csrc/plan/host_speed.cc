@@ -54,6 +54,11 @@ double host_reduce_speed() {
   return v;
 }
 
+double host_launch_seconds() {
+  static const double v = device_launch_seconds(host_compute());
+  return v;
+}
+
 cost::CodecSpeed host_codec_speed(const codec::Spec& s) {
   static std::mutex mu;
   static std::map<std::string, cost::CodecSpeed> cache;
@@ -72,6 +77,25 @@ double device_reduce_speed(Compute& dev) {
   dev.to_device(b.get(), x.data(), bytes);
   return seconds_per_byte([&] { dev.reduce_into(DType::F32, RedOp::Sum, a.get(), b.get(), kElems); },
                           [&] { dev.sync(); }, 3);
+}
+
+// Kernels of a few elements back to back, as a schedule issues them: what each costs beyond
+// its bytes (a GPU's launch, queued; a host's call).
+double device_launch_seconds(Compute& dev) {
+  constexpr int kKernels = 64;
+  constexpr int64_t kTiny = 256;
+  auto a = dev.alloc(kTiny * sizeof(float)), b = dev.alloc(kTiny * sizeof(float));
+  dev.zero(a.get(), kTiny * sizeof(float));
+  dev.zero(b.get(), kTiny * sizeof(float));
+  double best = std::numeric_limits<double>::infinity();
+  for (int rep = 0; rep < 3; ++rep) {
+    dev.sync();
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < kKernels; ++i) dev.reduce_into(DType::F32, RedOp::Sum, a.get(), b.get(), kTiny);
+    dev.sync();
+    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return best / kKernels;
 }
 
 cost::CodecSpeed device_codec_speed(Compute& dev, const codec::Spec& s) {

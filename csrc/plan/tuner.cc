@@ -168,8 +168,9 @@ void Tuner::agree(Comm& c, const std::vector<CodecCandidate>* candidates) {
   std::vector<double> v = {inj ? inj->first : alpha, inj ? inj->second : least(inv_bw_, link_.inv_bw),
                            reduce_speed(c),          least(codec_scale_, 1.0),
                            model_only ? 1.0 : 0.0,   inj ? 0.0 : least(inv_host_, link_.inv_host),
-                           agree_seconds_,           inj ? 0.0 : way_price(call_)};
-  constexpr size_t kFixed = 8, kCall = 7;
+                           agree_seconds_,           inj ? 0.0 : way_price(call_),
+                           inj ? 0.0 : launch_seconds(c)};
+  constexpr size_t kFixed = 9, kCall = 7, kLaunch = 8;
   for (const auto& [key, old] : remeasure_) {  // every rank switched at the same call
     std::deque<double>& w = seconds_[key];
     if (w.size() > old) w.erase(w.begin(), w.begin() + static_cast<std::ptrdiff_t>(old));
@@ -229,7 +230,7 @@ void Tuner::agree(Comm& c, const std::vector<CodecCandidate>* candidates) {
   }
   std::lock_guard<std::mutex> lock(mu_);
   ++refreshes_;
-  link_ = cost::Link{v[0], v[1], v[2], v[5], v[kCall]};
+  link_ = cost::Link{v[0], v[1], v[2], v[5], v[kCall], v[kLaunch]};
   codec_scale_agreed_ = v[3];
   refresh_seconds_ = v[6];
   calibrate_ = v[4] == 0;  // a rank with injected figures: the model alone decides
@@ -271,6 +272,12 @@ double Tuner::reduce_speed(Comm& c) {
   if (!device_) return host_reduce_speed();
   if (device_reduce_ <= 0) device_reduce_ = device_reduce_speed(c.dev);
   return device_reduce_;
+}
+
+double Tuner::launch_seconds(Comm& c) {
+  if (!device_) return host_launch_seconds();
+  if (device_launch_ <= 0) device_launch_ = device_launch_seconds(c.dev);
+  return device_launch_;
 }
 
 cost::CodecSpeed Tuner::codec_speed(Comm& c, const CodecCandidate& cand) {

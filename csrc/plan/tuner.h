@@ -159,6 +159,7 @@ class Tuner {
   cost::CodecSpeed scaled(const std::string& name) const;
   // This rank's kernel speeds: the host's (cached per process) or the device's (measured once).
   double reduce_speed(Comm& c);
+  double launch_seconds(Comm& c);
   cost::CodecSpeed codec_speed(Comm& c, const CodecCandidate& cand);
   std::optional<std::pair<double, double>> injected() const;
   void chose(const Plan& p, const std::string& choice, bool dense, std::map<std::string, double> used,
@@ -170,7 +171,7 @@ class Tuner {
   static constexpr size_t kSamples = 3;
 
   const bool device_;
-  double device_reduce_ = 0;                               // device_: measured at the first agreement
+  double device_reduce_ = 0, device_launch_ = 0;          // device_: measured at the first agreement
   std::map<std::string, cost::CodecSpeed> device_codecs_;  // device_: per candidate, measured once
   mutable std::mutex mu_;                                  // stats() reads from other threads; calls come one at a time
   bool probed_ = false, calibrate_ = true, one_host_ = false;
@@ -243,10 +244,12 @@ void run_observed(Tuner* tuner, const Tuner::Plan& p, Comm& c, F f) {
 // This process's speed of the host kernels (measured once per codec, then cached): the
 // element-wise reduction (seconds per byte) and each codec's passes.
 double host_reduce_speed();
+double host_launch_seconds();
 cost::CodecSpeed host_codec_speed(const codec::Spec& s);
 // The same figures of a device's kernels, measured through its Compute (not cached: the tuner
 // of the device's calls keeps them).
 double device_reduce_speed(Compute& dev);
+double device_launch_seconds(Compute& dev);  // seconds per kernel beyond its bytes (cost::Link::launch)
 cost::CodecSpeed device_codec_speed(Compute& dev, const codec::Spec& s);
 
 }  // namespace ringzip

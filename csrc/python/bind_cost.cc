@@ -27,6 +27,7 @@ py::dict as_dict(const cost::Estimate& e) {
   d["host_bytes"] = e.host_bytes;
   d["host_bound"] = e.host_bound;
   d["overlap"] = e.overlap;
+  d["launches"] = e.launches;
   return d;
 }
 
@@ -62,12 +63,13 @@ void bind_cost(py::module_& m) {
   c.def(
       "predict_dense",
       [](const std::string& algorithm, size_t bytes, int n, double alpha, double inv_bw, double reduce, double inv_host,
-         double call) {
-        return as_dict(
-            cost::dense_allreduce(parse_algorithm(algorithm), bytes, n, {alpha, inv_bw, reduce, inv_host, call}));
+         double call, double launch) {
+        return as_dict(cost::dense_allreduce(parse_algorithm(algorithm), bytes, n,
+                                             {alpha, inv_bw, reduce, inv_host, call, launch}));
       },
       py::arg("algorithm"), py::arg("bytes"), py::arg("n"), py::arg("alpha"), py::arg("inv_bw"),
-      py::arg("reduce") = cost::Link{}.reduce, py::arg("inv_host") = 0.0, py::arg("call") = 0.0);
+      py::arg("reduce") = cost::Link{}.reduce, py::arg("inv_host") = 0.0, py::arg("call") = 0.0,
+      py::arg("launch") = 0.0);
   c.def(
       "dense_candidates",
       [] {
@@ -78,24 +80,26 @@ void bind_cost(py::module_& m) {
       "the dense algorithms algorithm=\"auto\" chooses among, in the order ties go");
   c.def(
       "best_dense",
-      [](size_t bytes, int n, double alpha, double inv_bw, double reduce, double inv_host) {
-        return std::string(algorithm_name(cost::best_dense(bytes, n, {alpha, inv_bw, reduce, inv_host})));
+      [](size_t bytes, int n, double alpha, double inv_bw, double reduce, double inv_host, double launch) {
+        return std::string(algorithm_name(cost::best_dense(bytes, n, {alpha, inv_bw, reduce, inv_host, 0, launch})));
       },
       py::arg("bytes"), py::arg("n"), py::arg("alpha"), py::arg("inv_bw"), py::arg("reduce") = cost::Link{}.reduce,
-      py::arg("inv_host") = 0.0);
+      py::arg("inv_host") = 0.0, py::arg("launch") = 0.0);
   c.def(
       "predict",
       [](const std::string& codec, const std::string& algorithm, size_t bytes, int n, double alpha, double inv_bw,
-         double reduce, const Speeds& speed, bool feedback, bool reduce_scatter, int64_t bucket) {
+         double reduce, const Speeds& speed, bool feedback, bool reduce_scatter, int64_t bucket, double launch,
+         size_t topk_block) {
         const CompressionConfig cc = parsed(codec, bucket);
-        const cost::Problem p{
-            bytes, n, reduce_scatter, feedback, parse_compressed_algo(algorithm), AllreduceAlgo::Auto};
-        const cost::Link l{alpha, inv_bw, reduce};
+        const cost::Problem p{bytes,      n, reduce_scatter, feedback, parse_compressed_algo(algorithm), AllreduceAlgo::Auto,
+                              topk_block};
+        const cost::Link l{alpha, inv_bw, reduce, 0, 0, launch};
         return as_dict(cost::predict(cc.spec(), p.algo, cost::best_dense(bytes, n, l), p, l, speed_of(speed)));
       },
       py::arg("codec"), py::arg("algorithm"), py::arg("bytes"), py::arg("n"), py::arg("alpha"), py::arg("inv_bw"),
       py::arg("reduce"), py::arg("speed"), py::arg("feedback") = false, py::arg("reduce_scatter") = false,
-      py::arg("bucket") = codec::kBucketSize);
+      py::arg("bucket") = codec::kBucketSize, py::arg("launch") = 0.0,
+      py::arg("topk_block") = static_cast<size_t>(codec::kTopkBlock));
   c.def(
       "sra_segment_elems",
       [](const std::string& codec, size_t bytes, int n, double alpha, double inv_bw, const Speeds& speed, bool feedback,

@@ -36,6 +36,7 @@ void bind_stats(py::module_& m) {
   py::class_<Params>(m, "TunerParams", "the agreed figures the tuner prices calls with")
       .def_property_readonly("alpha_s", [](const Params& p) { return p.link.alpha; })
       .def_property_readonly("call_s", [](const Params& p) { return p.link.call; })
+      .def_property_readonly("launch_s", [](const Params& p) { return p.link.launch; })
       .def_property_readonly("link_gbit", [](const Params& p) { return per_second(p.link.inv_bw, 8e-9); })
       // per rank, the host's copies
       .def_property_readonly("host_gbit", [](const Params& p) { return per_second(p.link.inv_host, 8e-9); })

@@ -198,3 +198,36 @@ def test_call_samples_are_judged_by_the_ways_usual_time():
     assert C.call_sample_dense("rd", 64 << 10, n, alpha, bw, call=1e-3, seconds=0.2, typical=8e-3) > 0.19
     # a call through the busiest link of 1 MiB or more teaches the link, not c
     assert C.call_sample_dense("star", 4 << 20, n, alpha, bw, call=0.0, seconds=1.0, typical=1.0) is None
+
+
+def _kernels_of_busiest_rank(trace, n):
+    skip = {"send", "recv", "wait", "mark", "after"}
+    return max(sum(e[0] not in skip for e in trace.events(r)) for r in range(n))
+
+
+@pytest.mark.parametrize("codec,algo", [("none", "ring"), ("none", "star"), ("none", "direct"), ("none", "rd"),
+                                        ("none", "hd"), ("q4", "sra"), ("q4", "ring"), ("topk:0.01", "sparse")])
+@pytest.mark.parametrize("n", [4, 6, 8])
+def test_launches_are_the_kernels_the_schedule_runs(codec, algo, n):
+    """The model's kernel count (what each pays in launches) against the busiest rank's kernels
+    in a recorded call of that schedule (one segment, one block)."""
+    from ringzip.bench import simulate
+
+    count = n * (16 if codec == "none" or codec.startswith("topk") else 512)
+    trace = simulate.record(n, count, codec, algo)
+    if codec == "none":
+        est = C.predict_dense(algo, 4 * count, n, alpha=1e-5, inv_bw=GBIT)
+    else:
+        est = C.predict(codec, algo, 4 * count, n, 1e-5, GBIT, 1 / 4e9, SPEED, simulate.default_feedback(codec))
+    assert est["launches"] == _kernels_of_busiest_rank(trace, n)
+
+
+def test_launch_cost_keeps_many_ranks_off_the_n_squared_reductions():
+    """At 64 GPU ranks (4 us a launch) the star's and the direct exchange's 4,097 kernels cost
+    16 ms: the ring wins a 64 KiB call that, launches unpriced, the star would take."""
+    size, n, fast = 64 << 10, 64, 8 / 400e9
+    assert C.best_dense(size, n, alpha=1e-5, inv_bw=fast, reduce=1 / 2e12) == "star"
+    assert C.best_dense(size, n, alpha=1e-5, inv_bw=fast, reduce=1 / 2e12, launch=4e-6) == "ring"
+    star = C.predict_dense("star", size, n, 1e-5, fast, launch=4e-6)
+    assert star["launches"] == n * n + 1
+    assert star["latency"] == pytest.approx(star["messages"] * 1e-5 + (n * n + 1) * 4e-6)
