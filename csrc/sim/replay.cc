@@ -170,8 +170,8 @@ class Replay {
         continue;
       }
       if (e.kind == Kind::Send && m_.send_overhead > 0 && !lane.paid) {
-        lane.paid = true;
-        push(now + m_.send_overhead, a, 0);
+        lane.paid = true;  // CPU work: on a core, where the machine's cores are counted
+        push(on_core(now, m_.send_overhead) + m_.send_overhead, a, 0);
         return;
       }
       lane.paid = false;
@@ -192,12 +192,7 @@ class Replay {
       const double amount = static_cast<double>(e.amount) * m_.scale;
       const double dt = amount * (m_.per_unit[k] + std::max(0, e.peer) * m_.per_input[k]) + m_.launch;
       compute_[r] += dt;
-      double start = now;
-      if (!cores_.empty()) {
-        start = std::max(now, cores_.top());
-        cores_.pop();
-        cores_.push(start + dt);
-      }
+      const double start = on_core(now, dt);
       push(start + dt, a, 0);
       return;
     }
@@ -248,18 +243,31 @@ class Replay {
     const uint64_t bytes = std::min(msg.left, msg.chunk);
     msg.left -= bytes;
     const double span = static_cast<double>(bytes) / (inside(msg) ? m_.intra_bytes_per_s : m_.net_bytes_per_s);
+    // Inside a machine the sender's copy into shared memory takes a core, where cores are few.
+    const double start = inside(msg) ? on_core(now, span) : now;
     if (msg.left > 0)
       l.turns.push_back(i);
     else
-      complete(msg.src, msg.send_id, now + span);
-    push(now, kArrive, i, span);  // its first bytes reach the receiver's link as they leave
-    push(now + span, kLinkFree, static_cast<size_t>(link));
+      complete(msg.src, msg.send_id, start + span);
+    push(start, kArrive, i, span);  // its first bytes reach the receiver's link as they leave
+    push(start + span, kLinkFree, static_cast<size_t>(link));
+  }
+
+  // When a piece of work of `dt` seconds starts: at once, or where the machine's cores are
+  // counted (Model::cores), on the first core free from now.
+  double on_core(double now, double dt) {
+    if (cores_.empty()) return now;
+    const double start = std::max(now, cores_.top());
+    cores_.pop();
+    cores_.push(start + dt);
+    return start;
   }
 
   void arrive(double now, const Message& msg, double span) {
     const bool in_machine = inside(msg);
     double& in = in_machine ? intra_in_[msg.dst] : net_in_[m_.machine_of[msg.dst]];
-    in = std::max(now, in) + span;
+    // The receiver's copy out of shared memory likewise.
+    in = (in_machine ? on_core(std::max(now, in), span) : std::max(now, in)) + span;
     // The last chunk leaves after the others reached this link (their events came first).
     if (msg.left == 0)
       complete(msg.dst, msg.recv_id, in + (in_machine ? m_.intra_latency_s : m_.net_latency_s));

@@ -13,7 +13,9 @@ struct Model {
   std::vector<int> machine_of;  // machine of every rank
   double net_bytes_per_s = 1.25e9, net_latency_s = 50e-6;      // each machine's NIC, per direction
   double intra_bytes_per_s = 8e9, intra_latency_s = 5e-6;     // between ranks of a machine, per rank
-  int cores = 0;  // kernels of all ranks share this many cores; 0: one per rank
+  // Kernels of all ranks, and the copies that carry messages between ranks of one machine (a
+  // sender's into shared memory, a receiver's out of it), share this many cores; 0: one per rank.
+  int cores = 0;
   // A kernel of kind k over `amount` with m inputs takes amount * (per_unit[k] + m * per_input[k])
   // + launch seconds.
   std::array<double, kKinds> per_unit{}, per_input{};

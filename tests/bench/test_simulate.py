@@ -108,6 +108,31 @@ def test_a_message_waits_for_its_receive_and_kernels_queue_for_cores():
     assert S.replay(four, S.Links.layout(4, 1, **BANDWIDTH_ONLY), kern)["time"] == pytest.approx(10 * ms)
 
 
+def test_copies_inside_a_machine_take_its_cores():
+    """Shared memory: the sender's copy in and the receiver's copy out each take a core; with one
+    core they run one after the other, with a core each they overlap (cut-through)."""
+    ms = 1e-3
+    trace = _C.sim.Trace([[("send", 1, 1_000_000, 0, 7), ("wait", -1, 0, 0, 0)],
+                          [("recv", 0, 1_000_000, 0, 7), ("wait", -1, 0, 0, 0)]])
+    one_machine = dict(BANDWIDTH_ONLY, intra_gbyte=1.0)  # 1 ms per copy of 1e6 bytes
+    links = lambda cores: S.Links([0, 0], **one_machine, cores=cores)  # noqa: E731
+    assert S.replay(trace, links(None), FREE)["time"] == pytest.approx(1 * ms, rel=0.01)
+    assert S.replay(trace, links(1), FREE)["time"] == pytest.approx(2 * ms, rel=0.01)
+
+
+def test_the_kernels_slowdown_inside_calls_is_read_from_their_codec_timers():
+    header = {"nproc_per_node": 1, "link_gbit": 8.0, "topology": {}}
+    row = {"nproc": 2, "count": 1 << 16, "size_bytes": 4 << 16, "codec": "q4", "algorithm": "sra", "hierarchy": None}
+    rows_k = [{"codec": "q4", "bytes": 4 << 16, "numel": 1 << 16, "memcpy_gbps": 10.0, "encode_gbps": 2.0,
+               "decode_acc_gbps": 4.0, "decode_add_encode_gbps": 2.0, "feedback_gbps": 1.0}]
+    rec = S.Recorder()
+    compute = S.simulate_row(header, dict(row, key="k"), rows_k, rec, net_latency_us=0.0)["compute"]
+    measured = dict(row, time_us=1e6 * 4 * compute, codec_share=0.75)  # the codec's timers: 3x the replay's kernels
+    assert S.calibrate_kernels([(header, measured)], rows_k, net_latency_us=0.0) == pytest.approx(3.0)
+    slower = S.simulate_row(header, dict(row, key="k"), rows_k, rec, 3.0, net_latency_us=0.0)["compute"]
+    assert slower == pytest.approx(3 * compute, rel=0.05)  # all but the element-wise copies
+
+
 def test_a_receive_nobody_sends_is_reported_not_hung():
     trace = _C.sim.Trace([[("recv", 1, 8, 0, 3), ("wait", -1, 0, 0, 0)], [("send", 0, 8, 0, 4), ("wait", -1, 0, 0, 0)]])
     with pytest.raises(RuntimeError, match="ranks \\[0, 1\\] wait for messages never sent"):

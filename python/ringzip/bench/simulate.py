@@ -6,14 +6,17 @@ them. The replay is a discrete-event simulation of those programs:
 
 - a message moves once both its send and its receive are posted (Gloo's rendezvous: the
   receiver's ready notice precedes the payload), in posting order per (source, destination, tag);
-- between machines it takes bytes / rate on the source machine's NIC (egress) and then on the
-  destination's (ingress), each first come first served on its own (a switch buffers, so a
-  sender is not held up by a busy receiver of another message), then the latency; full duplex,
-  one NIC per machine shared by its ranks; a machine's ranks reach each other at the
-  intra-machine rate, per rank;
+- each send costs the thread that posts it `send_us` first (LogP's o: a system call, a wake-up);
+- between machines a message takes bytes / rate on the source machine's NIC (egress) and on the
+  destination's (ingress), then the latency; it moves in up to 16 chunks: a NIC sends its ready
+  messages' chunks in turn (the sockets of one sender share it) and receives chunks in the order
+  they reach it (a switch buffers, so a sender is not held up by a busy receiver of another
+  message); full duplex, one NIC per machine shared by its ranks; a machine's ranks reach each
+  other at the intra-machine rate, per rank;
 - a kernel takes its elements at the measured speed of that kernel and codec (the CPU's
   `ringzip-bench kernels --json`, or the H200 record) on one of the machine's cores; where there
-  are fewer cores than ranks (the emulated machines of this host share its cores) kernels queue.
+  are fewer cores than ranks (the emulated machines of this host share its cores) kernels queue,
+  and so do the copies into and out of shared memory that carry messages inside a machine.
 
 The simulated time of a call is the last rank's finish. Recording at n ranks costs a loopback run
 of n threads; a replay may stretch a trace recorded at a smaller size to a larger one (every byte
@@ -70,7 +73,7 @@ class Links:
     net_latency_us: float = 50.0
     intra_gbyte: float = 8.0         # between two ranks of one machine, per rank and direction
     intra_latency_us: float = 5.0
-    cores: int | None = None         # kernels of ALL ranks share this many cores (None: one per rank)
+    cores: int | None = None         # kernels and in-machine copies of ALL ranks share this many cores (None: one per rank)
     call_us: float = 0.0             # what every call costs beyond its messages and kernels
     send_us: float = 0.0             # what each send costs the thread posting it (LogP's o)
 
@@ -104,9 +107,10 @@ class Kernels:
         return unit, per_input
 
 
-def cpu_kernels(rows: list[dict], codec: str, size_bytes: int | None = None) -> Kernels:
+def cpu_kernels(rows: list[dict], codec: str, size_bytes: int | None = None, slowdown: float = 1.0) -> Kernels:
     """From `ringzip-bench kernels --json` rows: those measured nearest `size_bytes` (the call's
-    size: a large call's kernels run out of cache), or the largest."""
+    size: a large call's kernels run out of cache), or the largest; the codec's kernels
+    `slowdown` times slower (what they take inside calls, calibrate_kernels)."""
     import math
 
     mine = [r for r in rows if r["codec"] == codec] or rows
@@ -118,6 +122,7 @@ def cpu_kernels(rows: list[dict], codec: str, size_bytes: int | None = None) -> 
     if codec not in DENSE:
         g.update(encode=r["encode_gbps"], decode_accumulate=r["decode_acc_gbps"],
                  decode_add_encode=r["decode_add_encode_gbps"], feedback=r.get("feedback_gbps", r["encode_gbps"]))
+        g.update({k: v / slowdown for k, v in g.items() if k != "copy"})
     return Kernels(g)
 
 
@@ -277,7 +282,8 @@ def _topology(header: dict, row: dict) -> dict:
     return header.get("topology", {}).get(row.get("key") or "", {}) or {}
 
 
-def simulate_row(header: dict, row: dict, kernel_rows: list[dict], recorder: Recorder, **link_kw) -> dict:
+def simulate_row(header: dict, row: dict, kernel_rows: list[dict], recorder: Recorder, slowdown: float = 1.0,
+                 **link_kw) -> dict:
     """The replay of one measured `ringzip-bench collective` row, on the links its header names."""
     topo = _topology(header, row)
     per = header.get("nproc_per_node") or 1
@@ -286,17 +292,23 @@ def simulate_row(header: dict, row: dict, kernel_rows: list[dict], recorder: Rec
     trace, scale = recorder.trace(row["nproc"], row["count"], row["codec"], row["algorithm"],
                                   list(node_of) if node_aware else None)
     links = Links(node_of, header.get("tcp_goodput_gbit") or header["link_gbit"], **link_kw)
-    return replay(trace, links, cpu_kernels(kernel_rows, row["codec"], row["size_bytes"]), scale)
+    return replay(trace, links, cpu_kernels(kernel_rows, row["codec"], row["size_bytes"], slowdown), scale)
 
 
 def _median(xs):
     return statistics.median(xs) if xs else float("nan")
 
 
-def calibrate(rows: list[tuple[dict, dict]], kernel_rows: list[dict], **link_kw) -> dict:
-    """The per-message latency between machines and the per-call cost that fit the measured small
-    calls best (median relative error): latency on a grid of 5 us, the call cost for each the
-    median of what the replay leaves unexplained."""
+# What a send may cost its thread (and a core) on the emulated machines: wake-ups and system
+# calls of ranks that share two cores with the TCP stack and the shaper.
+SEND_GRID_US = (0, 50, 100, 150, 200, 300, 400, 600)
+
+
+def calibrate(rows: list[tuple[dict, dict]], kernel_rows: list[dict], send_grid=SEND_GRID_US, **link_kw) -> dict:
+    """The per-message latency between machines, each send's cost to its thread and the per-call
+    cost that fit the measured small calls best (median relative error): latency on a grid of
+    5 us, the send's cost on `send_grid`, the call cost for each the median of what the replay
+    leaves unexplained."""
     if not rows:
         return {}
     # The calibration calls are small: every recording kept, each made once for all latencies.
@@ -304,21 +316,38 @@ def calibrate(rows: list[tuple[dict, dict]], kernel_rows: list[dict], **link_kw)
     for header, row in rows:
         base.append((header, row, row["time_us"]))
     best = None
-    for lat in range(0, 1005, 5):
-        sims = [simulate_row(h, dict(r, key=_key(r)), kernel_rows, recorder, **dict(link_kw, net_latency_us=lat))["time"] * 1e6
-                for h, r, _ in base]
-        call = max(0.0, _median([m - s for (_, _, m), s in zip(base, sims)]))
-        err = _median([abs((s + call) / m - 1) for (_, _, m), s in zip(base, sims)])
-        if best is None or err < best[0]:
-            best = (err, lat, call)
-    return {"net_latency_us": float(best[1]), "call_us": round(best[2], 1), "median_error": best[0], "rows": len(base)}
+    for send in send_grid:
+        for lat in range(0, 1005, 5):
+            kw = dict(link_kw, net_latency_us=lat, send_us=send)
+            sims = [simulate_row(h, dict(r, key=_key(r)), kernel_rows, recorder, **kw)["time"] * 1e6 for h, r, _ in base]
+            call = max(0.0, _median([m - s for (_, _, m), s in zip(base, sims)]))
+            err = _median([abs((s + call) / m - 1) for (_, _, m), s in zip(base, sims)])
+            if best is None or err < best[0]:
+                best = (err, lat, send, call)
+    return {"net_latency_us": float(best[1]), "send_us": float(best[2]), "call_us": round(best[3], 1),
+            "median_error": best[0], "rows": len(base)}
+
+
+def calibrate_kernels(rows: list[tuple[dict, dict]], kernel_rows: list[dict], **link_kw) -> float:
+    """How much slower the codec kernels run inside calls than alone: the calls' own codec timers
+    (codec_share of the measured time) over the replay's kernel seconds of the busiest rank, in
+    the median of compressed calls with a core per rank (where a timer does not also count the
+    time its thread waited for a core)."""
+    recorder, ratios = Recorder(record_bytes=1 << 62, keep=1), []
+    for header, row in rows:
+        if row["codec"] in DENSE or not row.get("codec_share"):
+            continue
+        sim = simulate_row(header, dict(row, key=_key(row)), kernel_rows, recorder, **link_kw)
+        if sim["compute"] > 0:
+            ratios.append(row["codec_share"] * row["time_us"] * 1e-6 / sim["compute"])
+    return _median(ratios) if ratios else 1.0
 
 
 def _key(row):
     return f"ringzip/{row['codec']}/{row['algorithm']}" + (f"/{row['hierarchy']}" if row.get("hierarchy") else "")
 
 
-def validate(rows: list[tuple[dict, dict]], kernel_rows: list[dict], **link_kw) -> dict:
+def validate(rows: list[tuple[dict, dict]], kernel_rows: list[dict], slowdown: float = 1.0, **link_kw) -> dict:
     out, recorder = [], Recorder(record_bytes=1 << 62, keep=1)  # at the measured size; large at 64 MiB
     order = sorted(rows, key=lambda hr: (hr[1]["nproc"], hr[1]["count"], hr[1]["codec"], hr[1]["algorithm"],
                                          str(hr[1].get("hierarchy"))))
@@ -326,7 +355,7 @@ def validate(rows: list[tuple[dict, dict]], kernel_rows: list[dict], **link_kw) 
         row = dict(row, key=_key(row))
         if row.get("hierarchy") == "node" and not _topology(header, row).get("node_aware", True):
             continue  # one rank per machine: the backend ran it flat, a repeat of the flat row
-        sim = simulate_row(header, row, kernel_rows, recorder, **link_kw)
+        sim = simulate_row(header, row, kernel_rows, recorder, slowdown, **link_kw)
         measured = row["time_us"] * 1e-6
         out.append({"layout": f"{header.get('nodes') or row['nproc']}x{header.get('nproc_per_node') or 1}",
                     "link_gbit": header["link_gbit"], "size_bytes": row["size_bytes"], "codec": row["codec"],
@@ -369,14 +398,18 @@ def validate_main(rows, kernels_path: str, json_path: str | None, table_path: st
 
     kernel_rows = load_json(kernels_path)
     kernel_rows = kernel_rows["results"] if isinstance(kernel_rows, dict) else kernel_rows
-    # Calibration: the message latency and call cost on the exact calls of the smallest size;
-    # every other row validates.
+    # Calibration: the message latency, a send's cost and the call cost on the exact calls of the
+    # smallest size; the codec kernels' speed inside calls from the codec timers of the calls with a
+    # core per rank; every other row validates.
     is_cal = lambda r: r["codec"] == "none" and r["size_bytes"] == calibration_bytes  # noqa: E731
     fit = calibrate([(h, r) for h, r in rows if is_cal(r)], kernel_rows, **link_kw)
-    link_kw.update({k: fit[k] for k in ("net_latency_us", "call_us") if k in fit})
+    link_kw.update({k: fit[k] for k in ("net_latency_us", "send_us", "call_us") if k in fit})
+    cores = link_kw.get("cores") or 0
+    fit["kernel_slowdown"] = round(calibrate_kernels([(h, r) for h, r in rows if r["nproc"] <= cores], kernel_rows,
+                                                     **link_kw), 2)
     print(f"calibrated on {fit.get('rows', 0)} exact calls of {calibration_bytes} B: {fit}")
     v = validate([(h, r) for h, r in rows if not is_cal(r) and r["size_bytes"] >= calibration_bytes], kernel_rows,
-                 **link_kw)
+                 fit["kernel_slowdown"], **link_kw)
     v["calibration"] = fit
     head = {"date": datetime.datetime.now().strftime("%Y-%m-%d %H:%M"), "cpu": cpu_model(), "command": command,
             "links": {k: v_ for k, v_ in Links([0], 1.0, **link_kw).__dict__.items() if k not in ("machine_of", "net_gbit")},
