@@ -34,3 +34,10 @@ def test_tables_put_node_aware_ahead_where_the_nic_is_shared(tmp_path):
     assert q4["planner"] == "node" and q4["planner_vs_best"] == 1.0
     assert q4["speedup_vs_exact"] > 2
     assert rows["none"]["speedup_vs_exact"] == 1.0
+    # One machine: compression gains the more, the slower the links between its GPUs.
+    one = {(r["codec"], r["intra_gbyte"], r["size_bytes"]): r for r in res["one_machine"]}
+    assert all(r["speedup_vs_exact"] == 1.0 for k, r in one.items() if k[0] == "none")
+    assert one[("q4", 12.0, 64 << 20)]["speedup_vs_exact"] > one[("q4", 300.0, 64 << 20)]["speedup_vs_exact"] > 1
+    md = (tmp_path / "t.md").read_text()
+    assert "### Published figures beside these" in md and "QuickReduce" in md
+    assert "q4 " + f"{one[('q4', 300.0, 64 << 20)]['speedup_vs_exact']:.2f}x faster than exact" in md
