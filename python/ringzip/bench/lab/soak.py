@@ -111,7 +111,7 @@ class Worker:
         if REL_BOUND[codec] is not None and rel > REL_BOUND[codec]:
             self.errors.append(f"{what}: relative error {rel:.3g} > {REL_BOUND[codec]}")
 
-    def run(self, warm_event, warm_at):
+    def run(self, warm_event, warm_at, resume):
         import torch.distributed as dist
 
         import ringzip
@@ -121,7 +121,9 @@ class Worker:
         pending = []
         # Warm-up pass: every buffer, pattern and error-feedback residual the run will use is
         # created once (each op at each size, async batches included), then the random schedule.
-        warm = [("topk:0.05", op, numel) for numel in SIZES for op in
+        # Exact calls too: they fill the transports' buffers (shared-memory rings are touched
+        # page by page) with whole payloads, where top-k's carry a twentieth.
+        warm = [(c, op, numel) for c in ("topk:0.05", "none") for numel in SIZES for op in
                 ["allreduce_async"] * 4 + ["allgather", "broadcast", "reduce_scatter"]]
         schedule = warm + [(self.rng.choice(CODECS), self.rng.choice(OPS), self.rng.choices(SIZES, WEIGHTS)[0])
                            for _ in range(self.n)]
@@ -129,7 +131,12 @@ class Worker:
         self.prewarm = len(warm)
         for i, (c, op, numel) in enumerate(schedule):
             if i == warm_at:
+                # Paused while the resident size after warm-up is read: nothing of this thread's
+                # in flight then, as at the end (a sample taken while the threads ran moved the
+                # growth by up to +-5 % from run to run).
+                x = None
                 warm_event.set()
+                resume.wait()
             mult = float(i % 7 + 1)
             what = f"thread {self.tid} call {i} {op} {c} n={numel}"
             if c != codec and not pending:
@@ -211,14 +218,16 @@ def rank_main(args) -> dict:
     warm_at = int(per * args.warmup)  # after the warm-up pass (Worker.run)
     workers = [Worker(0, None, per, args.seed, args.rank, args.world),
                Worker(1, g2, args.collectives - per, args.seed, args.rank, args.world)]
-    events = [threading.Event(), threading.Event()]
-    threads = [threading.Thread(target=w.run, args=(e, warm_at)) for w, e in zip(workers, events)]
+    events, resume = [threading.Event(), threading.Event()], threading.Event()
+    threads = [threading.Thread(target=w.run, args=(e, warm_at, resume)) for w, e in zip(workers, events)]
     t0 = time.time()
     for t in threads:
         t.start()
     for e in events:
         e.wait()
     rss_warm = rss()
+    residual_warm = ringzip.stats()["residual_bytes"] + ringzip.stats(g2)["residual_bytes"]
+    resume.set()
     t_warm = time.time()
     rss_peak = rss_warm
     while any(t.is_alive() for t in threads):
@@ -242,6 +251,8 @@ def rank_main(args) -> dict:
         "seconds": elapsed,
         "warmup_seconds": t_warm - t0,
         "rss_warm_mb": rss_warm / 2**20,
+        "residual_warm_mb": residual_warm / 2**20,
+        "residual_end_mb": residual / 2**20,
         "rss_end_mb": rss_end / 2**20,
         "rss_peak_mb": rss_peak / 2**20,
         "rss_growth": (rss_end - rss_warm) / rss_warm,
