@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <limits>
 
 namespace ringzip {
 
@@ -164,11 +165,19 @@ void Tuner::agree(Comm& c, const std::vector<CodecCandidate>* candidates) {
   }
   // Injected link figures alone: the model decides; with injected times too, they calibrate it.
   const bool model_only = inj && !told_times;
-  const double alpha = probe_alpha_ > 0 ? probe_alpha_ : link_.alpha;
-  std::vector<double> v = {inj ? inj->first : alpha, inj ? inj->second : least(inv_bw_, link_.inv_bw),
-                           reduce_speed(c),          least(codec_scale_, 1.0),
-                           model_only ? 1.0 : 0.0,   inj ? 0.0 : least(inv_host_, link_.inv_host),
-                           agree_seconds_,           inj ? 0.0 : way_price(call_),
+  // A link figure this rank has no sample of (a probe whose large and small rounds came out
+  // the wrong way round) is offered as none: the ranks that measured decide. Offering the last
+  // agreed value instead made the mean drift toward the others' at every refresh with no new
+  // sample (3 ranks on one host under ASan: 16.7, 26.1, then 32.2 Gbit/s in 16 calls).
+  const double none = std::numeric_limits<double>::quiet_NaN();
+  std::vector<double> v = {inj ? inj->first : (probe_alpha_ > 0 ? probe_alpha_ : none),
+                           inj ? inj->second : least(inv_bw_, none),
+                           reduce_speed(c),
+                           least(codec_scale_, 1.0),
+                           model_only ? 1.0 : 0.0,
+                           inj ? 0.0 : least(inv_host_, none),
+                           agree_seconds_,
+                           inj ? 0.0 : way_price(call_),
                            inj ? 0.0 : launch_seconds(c)};
   constexpr size_t kFixed = 9, kCall = 7, kLaunch = 8;
   for (const auto& [key, old] : remeasure_) {  // every rank switched at the same call
@@ -210,8 +219,12 @@ void Tuner::agree(Comm& c, const std::vector<CodecCandidate>* candidates) {
         // after the link slowed they kept running. The other figures are the ranks' mean.
         const bool price = i == kCall || (i >= first_price && (i - first_price) % 2 == 0);
         double sum = 0, most = 0;
-        for (int j = 0; j < n; ++j) sum += all[j][i], most = std::max(most, all[j][i]);
-        v[i] = price ? most : sum / n;
+        int offered = 0;
+        for (int j = 0; j < n; ++j) {
+          if (std::isnan(all[j][i])) continue;
+          sum += all[j][i], most = std::max(most, all[j][i]), ++offered;
+        }
+        v[i] = offered == 0 ? none : price ? most : sum / offered;
       }
       c.dev.to_device(mine, v.data(), bytes);
       std::vector<std::unique_ptr<Request>> sends;
@@ -230,7 +243,9 @@ void Tuner::agree(Comm& c, const std::vector<CodecCandidate>* candidates) {
   }
   std::lock_guard<std::mutex> lock(mu_);
   ++refreshes_;
-  link_ = cost::Link{v[0], v[1], v[2], v[5], v[kCall], v[kLaunch]};
+  auto agreed_or = [](double x, double before) { return std::isnan(x) ? before : x; };  // none measured: as before
+  link_ = cost::Link{agreed_or(v[0], link_.alpha), agreed_or(v[1], link_.inv_bw), v[2], agreed_or(v[5], link_.inv_host),
+                     v[kCall], v[kLaunch]};
   codec_scale_agreed_ = v[3];
   refresh_seconds_ = v[6];
   calibrate_ = v[4] == 0;  // a rank with injected figures: the model alone decides
