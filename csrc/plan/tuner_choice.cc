@@ -39,8 +39,9 @@ constexpr double kResample = 1.2;
 // price from the model and by the price it expired at: it is a re-measurement. Explored as
 // unmeasured (kExplore, kCandidate), codec="auto" over 1 Gbit/s re-ran the compressed ring,
 // measured 1.25-1.3x the running SRA, at that cost after each expiry. Exact while a codec runs
-// is the exception: it is the baseline auto must not lose to, and a baseline that got faster
-// while it did not run (a link that recovered) is seen only by running it.
+// (the baseline auto must not lose to) is bound by its price now alone, not the one it expired
+// at: a link that recovered while a codec ran shows in the link figures the codec's calls teach,
+// so the model's price of exact falls with it; the price it expired at would keep it out.
 // The running way stays unless another is priced this much below it: two ways of about one
 // speed otherwise trade places with the noise of their medians (4-5 % on this project's shared
 // 2-core machines), and every switch costs a re-measurement and a refresh.
@@ -136,9 +137,11 @@ size_t Tuner::choose(const Shape& s, const Ways& w, std::vector<double>& used, s
     // for an unmeasured way, kResample for one with one or two times or an expired one.
     // Exact while a codec is priced best: the baseline (kResample's exception above; room below).
     auto baseline = [&](size_t i) { return w.family[i] == 0 && w.family[best] != 0; };
+    bool exact_expired = false;  // the baseline's measurement expired: any exact way's run re-measures it
+    for (size_t i = 0; i < w.names.size(); ++i) exact_expired = exact_expired || (w.family[i] == 0 && expired[i] > 0);
     auto wants = [&](size_t i, double room) {
       const double was = baseline(i) ? 0 : expired[i];
-      if (was > 0) room = std::min(room, kResample);
+      if (was > 0 || (baseline(i) && exact_expired)) room = std::min(room, kResample);
       return i != best && samples[i] < kSamples && !pending_.count(prefix + w.names[i]) &&
              std::max(used[i], was) <= room * used[best];
     };

@@ -69,16 +69,28 @@ def _count_where(group, want):
 
 
 def _until(group, want, calls, count, rank):
-    """All-reduces until the last choice is `want` (or one of them); returns how many calls it took."""
+    """All-reduces until the last choice is `want` (one of them, or where want(stats()["auto"])
+    holds); returns how many calls it took and that choice."""
     import ringzip
 
     for k in range(1, calls + 1):
         x = torch.randn(count, generator=torch.Generator().manual_seed(1000 * k + rank))
         dist.all_reduce(x, group=group)
-        choice = ringzip.stats(group)["auto"]["last"]["choice"]
-        if choice in want:
+        auto = ringzip.stats(group)["auto"]
+        choice = auto["last"]["choice"]
+        if want(auto) if callable(want) else choice in want:
             return k, choice
-    raise AssertionError(f"no choice in {want} after {calls} calls (last {choice})")
+    raise AssertionError(f"no choice in {want} after {calls} calls (last {choice}: {auto['last']['model_s']})")
+
+
+def _cheapest_on(link):
+    """Whether the agreed link is `link` and the choice the model's cheapest at it (within the 2 %
+    by which a later candidate must beat an earlier one: cost::pick)."""
+    def holds(auto):
+        model = auto["last"]["model_s"]
+        return (abs(auto["params"]["link_gbit"] * 1e9 / 8 * link[1] - 1) < 1e-6 and
+                model[auto["last"]["choice"]] * 0.98 <= min(model.values()))
+    return holds
 
 
 def auto_checks(ctx):
@@ -170,13 +182,22 @@ def auto_checks(ctx):
         assert results[0] == results[1] == results[2], "a fixed codec's bits changed with its segment length"
 
     with chk.case("follows_a_link_change_within_20_calls"):
+        # At 1 Tbit/s the link costs nothing and the kernels decide: exact, whose one reduction
+        # pass beats a codec's encode and decode. Under a sanitizer the plain reduction loop runs
+        # ~13x slower and the codecs' intrinsics 2-5x (ASan: 1.4 against 7 GB/s for q8): the
+        # model, measuring them, may tie exact with q8 there. So: the model's cheapest, which an
+        # optimised build's kernels make exact.
         backend_of(g)._tuner_inject(FAST)
-        k_fast, _ = _until(g, {"none"}, 20, 1 << 20, rank)
+        k_fast, fast = _until(g, _cheapest_on(FAST), 20, 1 << 20, rank)
+        model = ringzip.stats(g)["auto"]["last"]["model_s"]
+        params = ringzip.stats(g)["auto"]["params"]
+        if params["reduce_gbyte_s"] > params["codecs"]["q8"]["encode_gbyte_s"]:
+            assert fast == "none", (fast, model, params)
         backend_of(g)._tuner_inject(SLOW)
         k_slow, choice = _until(g, {"q8", "q4"}, 20, 1 << 20, rank)
-        _same_everywhere((k_fast, k_slow, choice), "when the choice changed")
+        _same_everywhere((k_fast, fast, k_slow, choice), "when the choice changed")
         st = ringzip.stats(g)
-        assert st["none"]["calls"] > 0 and st[choice]["calls"] > 0, st
+        assert st[fast]["calls"] > 0 and st[choice]["calls"] > 0, st
 
     h = dist.new_group(pg_options=ringzip.Options(codec="auto:q4", error_feedback=True, min_numel=0))
     with chk.case("error_feedback_survives_a_flip_to_exact"):
@@ -313,10 +334,18 @@ def auto_checks(ctx):
         backend_of(e)._tuner_inject_times({**told, **{f"none/{a}": 0.05 for a in DENSE}})
         k_away, _ = _until(e, {"bf16", "fp16", "q8", "q4"}, 150, count, rank)
         assert k_away <= 20 and ringzip.stats(e)["auto"]["changes"] > changes, (k_away, ringzip.stats(e)["auto"])
-        # Then exact is fast again while it does not run: its measurement expires (128 calls)
-        # and exact is run again, not priced from the codecs.
+        # Then exact is fast again while it does not run. Once its measurement expires (128
+        # calls) it is re-measured like any way: only where its price now lies within 1.2x of
+        # the best. While the link figures still price it beyond (the model at 1 Gbit/s), it
+        # stays out; once they say the link recovered (1 Tbit/s), it is run again and wins.
         backend_of(e)._tuner_inject_times(told)
-        k_back, _ = _until(e, {"none"}, 200, count, rank)
+        seen = []
+        for k in range(140):
+            dist.all_reduce(torch.randn(count, generator=torch.Generator().manual_seed(k + rank)), group=e)
+            seen.append(ringzip.stats(e)["auto"]["last"]["choice"])
+        assert "none" not in seen, seen
+        backend_of(e)._tuner_inject(FAST)
+        k_back, _ = _until(e, {"none"}, 40, count, rank)
         _same_everywhere((k_away, k_back), "when the choice left exact and came back")
 
     pb = dist.new_group(pg_options=ringzip.Options(codec="auto", min_numel=0))
