@@ -77,6 +77,13 @@ Estimate combine(double messages, double wire_bytes, double compute, double over
   return e;
 }
 
+namespace {
+Estimate segmented(Estimate e, double segments) {
+  e.segments = segments;
+  return e;
+}
+}  // namespace
+
 Estimate dense_allreduce(AllreduceAlgo a, size_t bytes, int n, const Link& l) {
   if (n <= 1 || bytes == 0) return {};
   const double S = static_cast<double>(bytes);
@@ -105,16 +112,19 @@ Estimate dense_allreduce(AllreduceAlgo a, size_t bytes, int n, const Link& l) {
       const double s = S / k, steps = 2 * D + k;
       // Per step an inner node sends a segment up and one to each child and reduces two.
       const double fan = n >= 5 ? 3 : (n >= 3 ? 2 : 1);
-      return combine(latency_units(steps, 2.0 * (n - 1) * k / n), steps * fan * s,
-                     steps * std::min(2.0, fan) * s * l.reduce, 0, l, 2.0 * (n - 1) / n * S, steps * std::min(2.0, fan));
+      return segmented(combine(latency_units(steps, 2.0 * (n - 1) * k / n), steps * fan * s,
+                               steps * std::min(2.0, fan) * s * l.reduce, 0, l, 2.0 * (n - 1) / n * S,
+                               steps * std::min(2.0, fan)),
+                       k);
     }
     default: {  // ring: 2(n-1) steps of one part, in segments (collective/dense/ring.cc)
       const double part = ceil_div(S, n);
       const double seg = std::clamp(part / 4, 1024.0 * 1024, 4096.0 * 1024), segs = std::max(1.0, ceil_div(part, seg));
       // Segments stream through the ring: a segment is reduced while the next one travels.
       // One reduction per step and segment; the gather lands in place.
-      return combine(latency_units(2 * (n - 1) + segs - 1, 2 * (n - 1) * segs), 2.0 * (n - 1) / n * S,
-                     (n - 1.0) / n * S * l.reduce, 1.0 - 1.0 / segs, l, -1, (n - 1) * segs);
+      return segmented(combine(latency_units(2 * (n - 1) + segs - 1, 2 * (n - 1) * segs), 2.0 * (n - 1) / n * S,
+                               (n - 1.0) / n * S * l.reduce, 1.0 - 1.0 / segs, l, -1, (n - 1) * segs),
+                       segs);
     }
   }
 }
@@ -123,8 +133,9 @@ Estimate dense_reduce_scatter(size_t bytes, int n, const Link& l) {
   if (n <= 1 || bytes == 0) return {};
   const double S = static_cast<double>(bytes), part = ceil_div(S, n);
   const double seg = std::clamp(part / 4, 1024.0 * 1024, 4096.0 * 1024), segs = std::max(1.0, ceil_div(part, seg));
-  return combine(latency_units((n - 1) + segs - 1, (n - 1) * segs), (n - 1.0) / n * S, (n - 1.0) / n * S * l.reduce,
-                 1.0 - 1.0 / segs, l, -1, (n - 1) * segs);
+  return segmented(combine(latency_units((n - 1) + segs - 1, (n - 1) * segs), (n - 1.0) / n * S,
+                           (n - 1.0) / n * S * l.reduce, 1.0 - 1.0 / segs, l, -1, (n - 1) * segs),
+                   segs);
 }
 
 namespace {
@@ -150,8 +161,9 @@ Estimate sra(const codec::Spec& s, size_t count, int n, const Link& l, const Cod
   // Per segment: n-1 encodes, n-1 decodes and the own part's; with the gather the own part's
   // encode and the n-1 decodes of the others' (one pass each per message).
   const double launches = segs * (phases * (n - 1) + 1);
-  return combine(latency_units(segs + phases, phases * (n - 1) * segs), phases * (n - 1) * enc, compute,
-                 (segs - 1) / (segs + 1), l, -1, launches);
+  return segmented(combine(latency_units(segs + phases, phases * (n - 1) * segs), phases * (n - 1) * enc, compute,
+                           (segs - 1) / (segs + 1), l, -1, launches),
+                   segs);
 }
 
 // Compressed ring (collective/compressed/ring.cc): n-1 hops re-encoding the partial sum, then

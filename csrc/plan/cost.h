@@ -62,6 +62,7 @@ struct CodecSpeed {
 struct Estimate {
   double total = 0, latency = 0, wire = 0, compute = 0;
   double messages = 0, wire_bytes = 0, host_bytes = 0, overlap = 0, launches = 0;
+  double segments = 1;  // the pipelining segments a part is cut into (ring, reduce-scatter, tree, SRA)
   bool host_bound = false;
 };
 

@@ -19,10 +19,10 @@ namespace {
 
 constexpr int64_t kElems = 1 << 21;
 
-// `sync` waits for what f queued (a device's kernels run after f returns); the first pass
-// on a device also pays its kernels' loading, so three passes there.
-template <typename F, typename S = void (*)()>
-double seconds_per_byte(F f, S sync = [] {}, int reps = 2) {
+// The best of `reps` runs of f, in seconds; `sync` waits for what f queued (a device's kernels
+// run after f returns). The first pass on a device also pays its kernels' loading, so three there.
+template <typename F, typename S>
+double best_seconds(F f, S sync, int reps) {
   double best = std::numeric_limits<double>::infinity();
   for (int rep = 0; rep < reps; ++rep) {
     sync();
@@ -31,7 +31,12 @@ double seconds_per_byte(F f, S sync = [] {}, int reps = 2) {
     sync();
     best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
-  return std::max(best, 1e-9) / (4.0 * kElems);
+  return best;
+}
+
+template <typename F, typename S>
+double seconds_per_byte(F f, S sync, int reps) {
+  return std::max(best_seconds(f, sync, reps), 1e-9) / (4.0 * kElems);
 }
 
 // Gradient-like values (deterministic, no RNG state shared with anything).
@@ -87,15 +92,12 @@ double device_launch_seconds(Compute& dev) {
   auto a = dev.alloc(kTiny * sizeof(float)), b = dev.alloc(kTiny * sizeof(float));
   dev.zero(a.get(), kTiny * sizeof(float));
   dev.zero(b.get(), kTiny * sizeof(float));
-  double best = std::numeric_limits<double>::infinity();
-  for (int rep = 0; rep < 3; ++rep) {
-    dev.sync();
-    const auto t0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < kKernels; ++i) dev.reduce_into(DType::F32, RedOp::Sum, a.get(), b.get(), kTiny);
-    dev.sync();
-    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  }
-  return best / kKernels;
+  const double run = best_seconds(
+      [&] {
+        for (int i = 0; i < kKernels; ++i) dev.reduce_into(DType::F32, RedOp::Sum, a.get(), b.get(), kTiny);
+      },
+      [&] { dev.sync(); }, 3);
+  return run / kKernels;
 }
 
 cost::CodecSpeed device_codec_speed(Compute& dev, const codec::Spec& s) {

@@ -28,6 +28,7 @@ py::dict as_dict(const cost::Estimate& e) {
   d["host_bound"] = e.host_bound;
   d["overlap"] = e.overlap;
   d["launches"] = e.launches;
+  d["segments"] = e.segments;
   return d;
 }
 

@@ -222,6 +222,24 @@ def test_launches_are_the_kernels_the_schedule_runs(codec, algo, n):
     assert est["launches"] == _kernels_of_busiest_rank(trace, n)
 
 
+@pytest.mark.parametrize("codec,algo,part,segments", [("none", "ring", 1 << 17, 1), ("none", "ring", 1 << 19, 2),
+                                                      ("q4", "sra", 1 << 19, 1), ("q4", "sra", 1 << 20, 2)])
+def test_segments_are_the_pieces_the_schedule_cuts(codec, algo, part, segments):
+    """The model's pipelining segments (the dense ring's parts in pieces of 1-4 MiB, SRA's of 2^19
+    elements) at a part that fits one and at one that needs two, against the recorded call: its
+    kernels on the busiest rank are the model's launches, which count the segments."""
+    from ringzip.bench import simulate
+
+    n = 3
+    trace = simulate.record(n, n * part, codec, algo)
+    if codec == "none":
+        est = C.predict_dense(algo, 4 * n * part, n, alpha=1e-5, inv_bw=GBIT)
+    else:
+        est = C.predict(codec, algo, 4 * n * part, n, 1e-5, GBIT, 1 / 4e9, SPEED, simulate.default_feedback(codec))
+    assert est["segments"] == segments
+    assert est["launches"] == _kernels_of_busiest_rank(trace, n)
+
+
 def test_launch_cost_keeps_many_ranks_off_the_n_squared_reductions():
     """At 64 GPU ranks (4 us a launch) the star's and the direct exchange's 4,097 kernels cost
     16 ms: the ring wins a 64 KiB call that, launches unpriced, the star would take."""

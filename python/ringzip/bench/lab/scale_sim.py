@@ -104,24 +104,13 @@ def planner(out: str, ranks=PLANNER_RANKS, sizes=PLANNER_SIZES, links=PLANNER_LI
                                               S.default_feedback(codec), launch=launch, topk_block=0)
                     rows.append({"ranks": n, "link_gbit": gbit, "size_bytes": size, "codec": codec, "algorithm": algo,
                                  "simulated_s": sim, "model_s": est["total"], "error": est["total"] / sim - 1,
-                                 "compared": _one_segment(codec, algo, n, size)})
+                                 # one segment, as in the stretched recording; else two different schedules
+                                 "compared": est["segments"] == 1})
             traces.cache.clear()  # 10 M events a trace at 1,024 ranks: one at a time
     errs = [abs(r["error"]) for r in rows if r["compared"]]
     result = {"median_error": statistics.median(errs), "worst_error": max(errs), "compared": len(errs), "rows": rows}
     _write(out, "planner", result, _planner_md(result))
     return result
-
-
-def _one_segment(codec: str, algo: str, n: int, size: int) -> bool:
-    """Whether the call runs its parts in one segment, as the stretched recording does (the
-    dense ring: collective/dense/ring.cc; SRA: compressed/layout.h). Rows where it does not are
-    two different schedules, left out of the figures."""
-    if algo == "ring" and codec == "none":
-        part = -(-size // n)
-        return part <= max(MIB, min(part / 4, 4 * MIB))
-    if algo == "sra":
-        return -(-size // (4 * n)) <= (1 << 19)
-    return True
 
 
 def _planner_md(res) -> str:
