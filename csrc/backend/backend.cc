@@ -62,6 +62,7 @@ void RingzipBackend::shutdown() {
   } else if (worker_.joinable()) {
     worker_.join();
   }
+  if (kernels_.joinable()) kernels_.join();
   for (auto& [type, path] : paths_) path->shutdown();  // a watchdog asks the mismatch watch: joined first
   watch_.reset();                                      // joins the mismatch watch thread
   net_->close();  // threads and sockets go now, even while Python still holds the group

@@ -243,6 +243,7 @@ class RingzipBackend final : public c10d::Backend {
   bool busy_ = false;   // a task runs, on the worker or inline
   std::string broken_;  // set once by poison(); guarded by mu_
   std::thread worker_;
+  std::thread kernels_;  // the host kernels' speeds, measured once in the background (configure)
   std::unique_ptr<MismatchWatch> watch_;
 };
 

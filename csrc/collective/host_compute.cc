@@ -189,8 +189,8 @@ class DeviceBranchesCompute final : public Compute {
 }  // namespace
 
 Compute& host_compute() {
-  static HostCompute c;
-  return c;
+  static auto* c = new HostCompute;  // never destroyed: a background measurement may use it at exit
+  return *c;
 }
 
 Compute& device_branches_compute() {

@@ -65,13 +65,20 @@ double host_launch_seconds() {
 }
 
 cost::CodecSpeed host_codec_speed(const codec::Spec& s) {
-  static std::mutex mu;
-  static std::map<std::string, cost::CodecSpeed> cache;
+  // Never destroyed: a background measurement (measure_host_kernels) may still run at exit.
+  static auto* mu = new std::mutex;
+  static auto* cache = new std::map<std::string, cost::CodecSpeed>;
   const std::string key = codec::name(s) + "/" + std::to_string(s.bucket) + "/" + std::to_string(s.stochastic);
-  std::lock_guard<std::mutex> lock(mu);
-  auto it = cache.find(key);
-  if (it == cache.end()) it = cache.emplace(key, device_codec_speed(host_compute(), s)).first;
+  std::lock_guard<std::mutex> lock(*mu);
+  auto it = cache->find(key);
+  if (it == cache->end()) it = cache->emplace(key, device_codec_speed(host_compute(), s)).first;
   return it->second;
+}
+
+void measure_host_kernels(const std::vector<codec::Spec>& codecs) {
+  host_reduce_speed();
+  host_launch_seconds();
+  for (const codec::Spec& s : codecs) host_codec_speed(s);
 }
 
 double device_reduce_speed(Compute& dev) {

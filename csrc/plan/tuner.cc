@@ -361,6 +361,14 @@ void Tuner::maybe_refresh(Comm& c, const std::vector<CodecCandidate>* candidates
   for (size_t i = 0; candidates && i < candidates->size(); ++i)
     missing = missing || ((*candidates)[i].spec.kind != codec::Kind::None && !codecs_.count((*candidates)[i].name));
   if (!probed_) {
+    // The kernels' speeds first (cached: measured in the background since the group was
+    // configured, or now): the probe's timed rounds must not share the cores with that
+    // measurement, on this rank or another (its first round lines the ranks up). Probed while
+    // the ranks still measured, 4 ranks on 2 cores agreed alpha at 1.7 ms instead of 30 us.
+    reduce_speed(c);
+    launch_seconds(c);
+    for (size_t i = 0; candidates && i < candidates->size(); ++i)
+      if ((*candidates)[i].spec.kind != codec::Kind::None) codec_speed(c, (*candidates)[i]);
     if (c.size() > 1) probe(c);
     probed_ = true;
     return agree(c, candidates);

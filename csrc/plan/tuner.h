@@ -246,6 +246,9 @@ void run_observed(Tuner* tuner, const Tuner::Plan& p, Comm& c, F f) {
 double host_reduce_speed();
 double host_launch_seconds();
 cost::CodecSpeed host_codec_speed(const codec::Spec& s);
+// All of the above that a group of these settings asks for at its first call (the reduction,
+// the launch, each codec it may run), measured now: backend.cc runs it in the background.
+void measure_host_kernels(const std::vector<codec::Spec>& codecs);
 // The same figures of a device's kernels, measured through its Compute (not cached: the tuner
 // of the device's calls keeps them).
 double device_reduce_speed(Compute& dev);
