@@ -9,7 +9,8 @@ Layout (csrc/transport/shm/segment.h, ring.h): a segment is a 256-byte SegmentHe
 version, rank, size, pid, start time, ring bytes, total bytes; then state, bell and sleepers on
 cache lines of their own), one 32,896-byte RingControl per rank (head, tail, 4096
 acknowledgement slots), padding to a page, then one ring per sender. Frames are a 32-byte
-header (kind, tag, payload, total, number) and the payload, padded to 64 bytes.
+header (kind, tag, payload, total, number) and the payload, padded to 64 bytes; a Data frame's
+total is where its payload starts in the message, its number the message's.
 
 A case corrupts either a job paused between calls ("idle": both ranks wait on a file) or the
 frames rank 0 parked in rank 1's inbox ("inflight": rank 0 entered the all-reduce, rank 1
@@ -81,7 +82,7 @@ class Segment:
         self.buf = buf
         magic, version, rank, size, _pid, _start, ring, total = struct.unpack_from("<QIiiiQQQ", buf, 0)
         data = (HEADER + size * CONTROL + 4095) // 4096 * 4096
-        assert (magic, version, size, total) == (MAGIC, 2, 2, len(buf)) and data + ring == total, \
+        assert (magic, version, size, total) == (MAGIC, 3, 2, len(buf)) and data + ring == total, \
             "the segment layout is not the one this test knows"
         self.rank, self.ring, self.data = rank, ring, data
 
@@ -226,8 +227,9 @@ CASES = [
     ("inflight", 1, "data payload -64", "error"),
     ("inflight", 1, "data payload +64", "error"),
     ("inflight", 1, "data random header", "error"),
-    ("inflight", 1, "data tag random", "any"),  # a Data frame's tag and number are not read:
-    ("inflight", 1, "data number random", "any"),  # the payload it carries is still the right one
+    ("inflight", 1, "data tag random", "any"),  # a Data frame's tag is not read: its payload is still right
+    ("inflight", 1, "data number random", "error"),
+    ("inflight", 1, "data total -4", "error"),  # its place in the message
     ("inflight", 1, "head +ring/2", "any"),
     ("inflight", 1, "head +ring", "any"),
     ("inflight", 1, "tail +ring/2", "any"),

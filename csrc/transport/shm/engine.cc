@@ -89,7 +89,7 @@ struct Engine::Peer {
   bool arriving = false;
   std::shared_ptr<Op> into_op;
   std::shared_ptr<Unexpected> into_buf;
-  uint64_t total = 0, got = 0;
+  uint64_t total = 0, got = 0, number = 0;  // number: of the message arriving or last arrived
   std::string gone;  // why nothing more is exchanged with this peer; empty while it works
 };
 
@@ -256,6 +256,11 @@ bool Engine::drain(Peer& p, bool rescue) {
   size_t budget = ring_bytes_;
   while (budget && !interrupt_.load(std::memory_order_relaxed) && p.in.next(h, payload, corrupt)) {
     if (!corrupt) corrupt = (h.kind == FrameKind::Message) == p.arriving;
+    // A Data frame of another message, or of this one but not where it continues: a stale frame
+    // of an earlier lap (the consumer was led past the published head), never a frame in order.
+    if (!corrupt && h.kind == FrameKind::Data) corrupt = h.number != p.number || h.total != p.got;
+    // Messages come in the order they were numbered: a stale Message frame has an older number.
+    if (!corrupt && h.kind == FrameKind::Message) corrupt = h.number != p.number + 1;
     if (!corrupt && h.kind == FrameKind::Message && !rescue && p.recvs.empty()) {
       // Nothing from this peer is posted, so nothing can wait behind this message: leave it
       // in the ring until its receive is posted (then it lands in place, no copy, no heap).
@@ -298,6 +303,7 @@ bool Engine::begin_message(Peer& p, const FrameHeader& h) {
   p.arriving = true;
   p.total = h.total;
   p.got = 0;
+  p.number = h.number;
   for (auto it = p.recvs.begin(); it != p.recvs.end(); ++it) {
     if ((*it)->tag != h.tag) continue;
     auto op = *it;
@@ -335,7 +341,8 @@ bool Engine::push(Peer& p) {
     const size_t left = op.bytes - op.done;
     const size_t n = p.out.room(std::min(left, max_frame_), std::min(left, min_frame_));
     if (n == 0) break;
-    p.out.write(op.done ? FrameKind::Data : FrameKind::Message, op.tag, op.bytes, op.number, op.data + op.done, n);
+    p.out.write(op.done ? FrameKind::Data : FrameKind::Message, op.tag, op.done ? op.done : op.bytes, op.number,
+                op.data + op.done, n);
     op.done += n;
     moved = true;
     if (op.done == op.bytes) {  // complete once the peer matched it (check_acks)

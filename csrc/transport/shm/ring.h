@@ -10,8 +10,13 @@
 //
 // A message is a Message frame (tag, total size, first bytes) followed by Data frames with the
 // rest, in order, nothing else in between: a ring is one ordered stream, so at most one message
-// is in flight per ordered pair of ranks and no frame needs an id.
+// is in flight per ordered pair of ranks. Each Data frame still names its message and where its
+// payload starts in it, and a frame's payload is written before its header: a consumer led past
+// the published head (a head overwritten in memory) finds only stale frames of earlier laps or
+// frames not yet written, and the engine refuses both (engine.cc drain) instead of taking their
+// bytes as data.
 #include <algorithm>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -26,8 +31,8 @@ struct FrameHeader {
   FrameKind kind;
   uint32_t tag;
   uint64_t payload;  // bytes after the header in this frame
-  uint64_t total;    // Message: bytes of the whole message
-  uint64_t number;   // Message: the message's number in this ring (from 1; RingControl::acks)
+  uint64_t total;    // Message: bytes of the whole message; Data: where its payload starts in the message
+  uint64_t number;   // the message's number in this ring (from 1; RingControl::acks), in its Data frames too
 };
 static_assert(sizeof(FrameHeader) == 32);
 
@@ -60,10 +65,12 @@ class Producer {
     return 0;
   }
 
-  // Writes and publishes one frame; `n` must not exceed what room() allowed.
+  // Writes and publishes one frame; `n` must not exceed what room() allowed. The payload first:
+  // a header that names this frame is never ahead of its bytes.
   void write(FrameKind kind, uint32_t tag, uint64_t total, uint64_t number, const void* src, size_t n) {
-    put_header(kind, tag, n, total, number);
     std::memcpy(data_ + head_ % cap_ + sizeof(FrameHeader), src, n);
+    std::atomic_thread_fence(std::memory_order_release);
+    put_header(kind, tag, n, total, number);
     head_ += frame_bytes(n);
     ctl_->head.store(head_, std::memory_order_release);
   }
@@ -96,9 +103,16 @@ class Consumer {
       if (tail_ == head_) {
         head_ = ctl_->head.load(std::memory_order_acquire);
         if (tail_ == head_) return false;
+        if (head_ - tail_ > cap_) {  // more than a ring ahead (or behind): no head the producer stored
+          h = FrameHeader{};
+          payload = nullptr;
+          corrupt = true;
+          return true;
+        }
       }
       const size_t at = tail_ % cap_;
       std::memcpy(&h, data_ + at, sizeof h);
+      std::atomic_thread_fence(std::memory_order_acquire);  // the payload is read after its header
       if (h.kind == FrameKind::Wrap) {
         release_bytes(cap_ - at);
         continue;

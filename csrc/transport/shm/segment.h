@@ -21,7 +21,7 @@
 namespace ringzip::shm {
 
 constexpr uint64_t kMagic = 0x315a52474e495221ull;  // "!RINGRZ1"
-constexpr uint32_t kVersion = 2;                    // 2: acknowledgements of matched messages
+constexpr uint32_t kVersion = 3;  // 2: acknowledgements of matched messages; 3: Data frames name their place
 
 // Bits of SegmentHeader::state.
 constexpr uint32_t kStateClosed = 1;   // the owner closed its transport (peers drain, then fail)
