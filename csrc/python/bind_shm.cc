@@ -13,6 +13,7 @@
 #include "collective/algorithms.h"
 #include "collective/compressed.h"
 #include "python/bindings.h"
+#include "transport/shm/segment.h"
 #include "transport/shm/shm_transport.h"
 
 namespace py = pybind11;
@@ -67,6 +68,8 @@ void run_collective(PyShm& s, uint32_t seq, std::optional<double> timeout_s, con
 
 void bind_shm(py::module_& m) {
   using namespace py::literals;
+  // What a segment's header must say (segment.h): the tests that forge or read segments ask here.
+  m.attr("shm_segment_version") = shm::kVersion;
   py::class_<PyRequest>(m, "ShmRequest")
       .def("wait", &PyRequest::wait, "timeout_s"_a = py::none(),
            "Waits until the transfer finished; RuntimeError on failure or timeout (default: the transport's).");

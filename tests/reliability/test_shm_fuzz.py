@@ -31,6 +31,7 @@ import torch
 import torch.distributed as dist
 
 import ringzip
+from ringzip import _C
 from _launch import launch
 from _shm import error_text, mapped_segments, touch, wait_for
 
@@ -82,7 +83,7 @@ class Segment:
         self.buf = buf
         magic, version, rank, size, _pid, _start, ring, total = struct.unpack_from("<QIiiiQQQ", buf, 0)
         data = (HEADER + size * CONTROL + 4095) // 4096 * 4096
-        assert (magic, version, size, total) == (MAGIC, 3, 2, len(buf)) and data + ring == total, \
+        assert (magic, version, size, total) == (MAGIC, _C.shm_segment_version, 2, len(buf)) and data + ring == total, \
             "the segment layout is not the one this test knows"
         self.rank, self.ring, self.data = rank, ring, data
 

@@ -212,7 +212,7 @@ RING = 64 << 10
 DATA_OFFSET = (256 + 2 * 32896 + 4095) // 4096 * 4096
 TOTAL = DATA_OFFSET + RING
 MAGIC = 0x315A52474E495221
-VERSION = 2
+VERSION = _C.shm_segment_version
 
 
 def _start_time(pid):
