@@ -54,8 +54,10 @@ void RingzipBackend::configure(const GroupOptions& o) {
   check_ = s.check;
   // What a tuner's first call would otherwise wait for: the host kernels' speeds (once per
   // process; ~120 ms for codec="auto"'s four codecs, twice that where ranks share cores), now
-  // measured in the background, behind the job's own setup before that call.
-  if (!kernels_.joinable() && size_ > 1) {
+  // measured in the background, behind the job's own setup before that call. Only for a group
+  // that tunes: a named algorithm without a codec asks for none of them.
+  const bool tunes = s.algorithm == AllreduceAlgo::Auto || s.cc.enabled();
+  if (!kernels_.joinable() && size_ > 1 && tunes) {
     std::vector<codec::Spec> codecs;
     for (const CodecCandidate& c : s.cc.candidates)
       if (c.spec.kind != codec::Kind::None) codecs.push_back(c.spec);

@@ -1,10 +1,10 @@
 """What each rank's clock says in a loop of all-reduces without barriers (root).
 
-    python -m ringzip.bench.lab.skew -n 3 --net 2gbit --size 48M --codec topk:0.01
+    python -m ringzip.bench.lab.skew -n 3 --net 2gbit --size 48M --codecs topk:0.01,q4,gloo
 
 Users time `dist.all_reduce` in a plain loop, each rank on its own clock. There a call's time is
 not the collective's: a rank that enters late finds the others' data already delivered and
-leaves first, so it enters the next call first and waits for the others in it. Its times
+leaves first, so it enters the next call first and waits for the others in it. Its times can
 alternate between a short and a long call although the collective's duration is steady. Each
 row (--codecs, comma-separated; `gloo` for gloo) runs twice in fresh processes, one namespace
 per rank: `loop` (a copy of the input, then the call, no barrier) and `barrier` (the same with a
