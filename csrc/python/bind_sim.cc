@@ -66,9 +66,11 @@ void bind_sim(py::module_& m) {
       "replay",
       [](const sim::Trace& t, std::vector<int> machine_of, double net_bytes_per_s, double net_latency_s,
          double intra_bytes_per_s, double intra_latency_s, int cores, const std::map<std::string, double>& per_unit,
-         const std::map<std::string, double>& per_input, double launch, double scale, double send_overhead) {
+         const std::map<std::string, double>& per_input, double launch, double scale, double send_overhead,
+         double recv_overhead, double net_cpu_per_byte) {
         sim::Model m{std::move(machine_of), net_bytes_per_s, net_latency_s, intra_bytes_per_s, intra_latency_s, cores,
-                     per_kind(per_unit), per_kind(per_input), launch, scale, send_overhead};
+                     per_kind(per_unit), per_kind(per_input), launch, scale, send_overhead, recv_overhead,
+                     net_cpu_per_byte};
         sim::Result r;
         {
           py::gil_scoped_release nogil;
@@ -83,10 +85,13 @@ void bind_sim(py::module_& m) {
       },
       "trace"_a, "machine_of"_a, "net_bytes_per_s"_a, "net_latency_s"_a, "intra_bytes_per_s"_a, "intra_latency_s"_a,
       "cores"_a = 0, "per_unit"_a = std::map<std::string, double>{}, "per_input"_a = std::map<std::string, double>{},
-      "launch"_a = 0.0, "scale"_a = 1.0, "send_overhead"_a = 0.0,
+      "launch"_a = 0.0, "scale"_a = 1.0, "send_overhead"_a = 0.0, "recv_overhead"_a = 0.0,
+      "net_cpu_per_byte"_a = 0.0,
       "Simulated seconds of the recorded call (sim/replay.h): a kernel of kind k over `amount` with m inputs\n"
       "takes amount * (per_unit[k] + m * per_input[k]) + launch; every amount times `scale`; each send\n"
-      "costs its thread send_overhead seconds before its bytes move. Returns\n"
+      "costs its thread send_overhead seconds before its bytes move, each received message recv_overhead\n"
+      "before its receiver sees it; where cores are counted, a byte between machines takes\n"
+      "net_cpu_per_byte seconds of one. Returns\n"
       "{time, finish (per rank), wire_bytes (between machines), compute (busiest rank's kernel seconds)};\n"
       "RuntimeError when a rank waits for a message nobody sends.");
 }

@@ -242,9 +242,14 @@ class Replay {
     Message& msg = messages_[i];
     const uint64_t bytes = std::min(msg.left, msg.chunk);
     msg.left -= bytes;
-    const double span = static_cast<double>(bytes) / (inside(msg) ? m_.intra_bytes_per_s : m_.net_bytes_per_s);
-    // Inside a machine the sender's copy into shared memory takes a core, where cores are few.
-    const double start = inside(msg) ? on_core(now, span) : now;
+    const double amount = static_cast<double>(bytes);
+    const double span = amount / (inside(msg) ? m_.intra_bytes_per_s : m_.net_bytes_per_s);
+    // Inside a machine the sender's copy into shared memory takes a core, where cores are few;
+    // between machines, where cores are counted, the host's network stack does (from where a
+    // core starts on it, the chunk is on the wire).
+    const double start = inside(msg)              ? on_core(now, span)
+                         : m_.net_cpu_per_byte > 0 ? on_core(now, amount * m_.net_cpu_per_byte)
+                                                   : now;
     if (msg.left > 0)
       l.turns.push_back(i);
     else
@@ -269,8 +274,11 @@ class Replay {
     // The receiver's copy out of shared memory likewise.
     in = (in_machine ? on_core(std::max(now, in), span) : std::max(now, in)) + span;
     // The last chunk leaves after the others reached this link (their events came first).
-    if (msg.left == 0)
-      complete(msg.dst, msg.recv_id, in + (in_machine ? m_.intra_latency_s : m_.net_latency_s));
+    if (msg.left == 0) {
+      double seen = in + (in_machine ? m_.intra_latency_s : m_.net_latency_s);
+      if (m_.recv_overhead > 0) seen = on_core(seen, m_.recv_overhead) + m_.recv_overhead;
+      complete(msg.dst, msg.recv_id, seen);
+    }
   }
 
   void complete(int r, int64_t id, double when) {

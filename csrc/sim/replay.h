@@ -24,6 +24,13 @@ struct Model {
   // Seconds a send costs the thread that posts it before its bytes move (a system call, a
   // wake-up: LogP's o), paid in turn: n-1 sends of an all-to-all cost n-1 of them.
   double send_overhead = 0;
+  // Seconds a received message costs before its receiver sees it (LogP's o at the receiver: a
+  // wake-up, the system call that reads it), on a core where cores are counted.
+  double recv_overhead = 0;
+  // Seconds of CPU each byte between machines costs where the machines share the counted cores
+  // (emulated machines on one host: their TCP/IP stacks copy and forward every byte). A chunk
+  // leaves once a core is free to start on it; that core is busy for bytes * this.
+  double net_cpu_per_byte = 0;
 };
 
 struct Result {

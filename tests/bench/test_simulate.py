@@ -94,6 +94,38 @@ def test_each_send_costs_its_thread_the_send_overhead():
     assert base < 0.02 * slow
 
 
+def test_each_received_message_costs_its_receiver_the_receive_overhead():
+    """LogP's o at the receiver: a ping-pong pays it once per hop, on top of the sender's."""
+    ms = 1e-3
+    trace = _C.sim.Trace([[("send", 1, 1, 0, 7), ("wait", -1, 0, 0, 0), ("recv", 1, 1, 1, 8), ("wait", -1, 0, 1, 0)],
+                          [("recv", 0, 1, 0, 7), ("wait", -1, 0, 0, 0), ("send", 0, 1, 1, 8), ("wait", -1, 0, 1, 0)]])
+    links = lambda **kw: S.Links.layout(2, 1, **BANDWIDTH_ONLY, **kw)  # noqa: E731
+    assert S.replay(trace, links(recv_us=1000.0), FREE)["time"] == pytest.approx(2 * ms, rel=0.01)
+    assert S.replay(trace, links(recv_us=1000.0, send_us=500.0), FREE)["time"] == pytest.approx(3 * ms, rel=0.01)
+    # On one core for both ranks, a receiver's overhead waits for the core like any kernel.
+    busy = _C.sim.Trace([[("send", 1, 1, 0, 7), ("wait", -1, 0, 0, 0)],
+                         [("recv", 0, 1, 0, 7), ("copy", -1, 2_000_000, -1, 0), ("wait", -1, 0, 0, 0)]])
+    kern = S.Kernels({"copy": 1.0})  # 2 ms of copy on rank 1 while the message arrives
+    assert S.replay(busy, links(recv_us=1000.0, cores=1), kern)["time"] == pytest.approx(3 * ms, rel=0.01)
+    assert S.replay(busy, links(recv_us=1000.0), kern)["time"] == pytest.approx(2 * ms, rel=0.01)
+
+
+def test_bytes_between_machines_take_the_shared_cores_only_where_they_are_counted():
+    """Emulated machines on one host: every byte their TCP/IP stacks move costs the host's cores.
+    A 1 MB message at 1 GB/s takes 1 ms of wire. On the only core it waits for the two ranks'
+    2 ms copies; at 0.5 ns a byte the stack keeps up with the wire, at 2 ns it sets the rate. With
+    a core per rank (a real cluster) nothing of it shows."""
+    ms = 1e-3
+    trace = _C.sim.Trace([[("copy", -1, 2_000_000, -1, 0), ("send", 1, 1_000_000, 0, 7), ("wait", -1, 0, 0, 0)],
+                          [("copy", -1, 2_000_000, -1, 0), ("recv", 0, 1_000_000, 0, 7), ("wait", -1, 0, 0, 0)]])
+    kern = S.Kernels({"copy": 1.0})
+    links = lambda **kw: S.Links.layout(2, 1, **BANDWIDTH_ONLY, **kw)  # noqa: E731
+    assert S.replay(trace, links(cores=2), kern)["time"] == pytest.approx(3 * ms, rel=0.01)
+    assert S.replay(trace, links(cores=1, net_cpu_ns_per_byte=0.5), kern)["time"] == pytest.approx(5 * ms, rel=0.02)
+    assert S.replay(trace, links(cores=1, net_cpu_ns_per_byte=2.0), kern)["time"] == pytest.approx(6 * ms, rel=0.02)
+    assert S.replay(trace, links(net_cpu_ns_per_byte=2.0), kern)["time"] == pytest.approx(3 * ms, rel=0.01)
+
+
 def test_a_message_waits_for_its_receive_and_kernels_queue_for_cores():
     ms = 1e-3
     kern = S.Kernels({"copy": 1.0})  # a copy of 1e6 bytes: 1 ms
@@ -174,3 +206,30 @@ def test_the_node_aware_pipeline_is_recorded_with_its_second_thread_and_hand_off
     wire = per * 2 * (nodes - 1) / nodes * (4 * count / per) / GB
     inside = 2 * (per - 1) / per * 4 * count / GB
     assert wire <= threaded < 0.9 * (wire + inside)
+
+
+def test_calibration_recovers_the_costs_a_measurement_was_made_with():
+    """Calls 'measured' by the replay itself at known latency, message overhead and kernel cost:
+    the calibration finds those on its grids (the call cost is what the replay leaves over)."""
+    rows_k = [{"codec": c, "bytes": 1 << 16, "numel": 1 << 14, "memcpy_gbps": 10.0, "encode_gbps": 2.0,
+               "decode_acc_gbps": 4.0, "decode_add_encode_gbps": 2.0, "feedback_gbps": 1.0} for c in ("none", "q4")]
+    truth = dict(net_latency_us=50.0, send_us=75.0, recv_us=75.0)
+    rec, rows = S.Recorder(), []
+    for n, codec, algo in ((2, "none", "ring"), (4, "none", "ring"), (3, "q4", "sra"), (4, "q4", "ring")):
+        header = {"nproc_per_node": 1, "link_gbit": 8.0, "topology": {}}
+        row = {"nproc": n, "count": 4096, "size_bytes": 4 * 4096, "codec": codec, "algorithm": algo, "hierarchy": None}
+        t = S.simulate_row(header, dict(row, key=S._key(row)), rows_k, rec, 1.0, 25.0, cores=2, **truth)["time"]
+        rows.append((header, dict(row, time_us=t * 1e6 + 30.0)))
+    fit = S.calibrate(rows, rows_k, cores=2)
+    assert (fit["net_latency_us"], fit["send_us"], fit["launch_us"]) == (50.0, 75.0, 25.0)
+    assert fit["call_us"] == pytest.approx(30.0, abs=0.5) and fit["median_error"] < 1e-6
+
+
+def test_calls_measured_twice_bound_the_best_error_any_prediction_reaches():
+    rows = [{"measured_ms": 3.0, "repeat_ms": 1.0}, {"measured_ms": 2.0, "repeat_ms": 2.2},
+            {"measured_ms": 5.0, "repeat_ms": None}]
+    floor = S.repeat_floor(rows)
+    assert floor["pairs"] == 2 and floor["worst"] == pytest.approx(0.5) and floor["over_25_percent"] == 1
+    assert floor["median"] == pytest.approx((0.5 + 0.2 / 4.2) / 2)
+    # 2 ms, between 3 and 1: 33 % and 100 % off -- 1.5 ms is the best there is, 50 % off either way.
+    assert max(abs(1.5 / 3.0 - 1), abs(1.5 / 1.0 - 1)) == pytest.approx(floor["worst"])

@@ -241,6 +241,7 @@ def run(args) -> int:
                 if net_ctx is not None and net_ctx.nnodes >= 2:
                     gp = net_ctx.measure_goodput()
                     header["tcp_goodput_gbit"] = gp / 1e9
+                    header["tcp_cpu_ns_per_byte"] = net_ctx.cpu_ns_per_byte  # what the simulator charges shared cores
                     link_desc += f" ({net_ctx.describe()}; measured TCP goodput {gp / 1e9:.3f} Gbit/s)"
                     header["link"] = link_desc
                 hdr_lines = header_lines(n, link_desc, extra)

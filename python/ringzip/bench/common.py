@@ -129,14 +129,24 @@ def fmt_rate(bits: float | None) -> str:
 
 
 def cpu_model() -> str:
+    """The CPU's model name, with its family and model numbers where the name alone does not say
+    which generation it is (virtual machines often report just "AMD EPYC")."""
+    fields = {}
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
+                if not line.strip():
+                    break  # the first CPU's fields
+                key, _, value = line.partition(":")
+                fields[key.strip()] = value.strip()
     except OSError:
         pass
-    return platform.processor() or platform.machine()
+    name = fields.get("model name")
+    if not name:
+        return platform.processor() or platform.machine()
+    if "cpu family" in fields and "model" in fields:
+        name += f" (family {fields['cpu family']} model {fields['model']})"
+    return name
 
 
 def simd_level() -> str:

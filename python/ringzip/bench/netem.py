@@ -134,6 +134,7 @@ class NetEnv:
         self.log = log or (lambda m: None)
         self.active = False
         self._old_handlers: dict = {}
+        self.cpu_ns_per_byte: float | None = None  # host CPU a probed byte cost (measure_goodput)
 
     # names ---------------------------------------------------------------------------------
     @property
@@ -325,7 +326,18 @@ class NetEnv:
         if recv.returncode != 0 or snd.returncode != 0:
             raise NetSetupError(f"goodput probe failed: {snd.stderr.strip()} {err.strip()}")
         res = json.loads(out)
+        # The namespaces share this host's cores: what the probe's bytes cost them (both TCP/IP
+        # stacks, the veths, the bridge, the shapers; the two loops' Python is small beside it).
+        self.cpu_ns_per_byte = res["busy_s"] / res["bytes"] * 1e9
         return res["bytes"] * 8 / res["seconds"]
+
+
+def host_busy_seconds() -> float:
+    """CPU seconds this host's cores have been busy (user, system, interrupts) since boot: the
+    namespaces' stacks run on them, so /proc/stat counts them from any namespace."""
+    with open("/proc/stat") as f:
+        user, nice, system, _idle, _iowait, irq, softirq = (int(x) for x in f.readline().split()[1:8])
+    return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
 
 
 # probe endpoints (run inside the namespaces) ---------------------------------------------------
@@ -337,18 +349,18 @@ def _recv(addr: str, port: int) -> None:
     srv.settimeout(30)
     conn, _ = srv.accept()
     buf = bytearray(1 << 20)
-    total, t0 = 0, None
+    total, t0, busy0 = 0, None, None
     while True:
         n = conn.recv_into(buf)
         if n == 0:
             break
         if t0 is None:
-            t0 = time.perf_counter()
+            t0, busy0, total = time.perf_counter(), host_busy_seconds(), -n  # from the first bytes on
         total += n
-    t1 = time.perf_counter()
+    t1, busy1 = time.perf_counter(), host_busy_seconds()
     conn.close()
     srv.close()
-    print(json.dumps({"bytes": total, "seconds": max(t1 - (t0 or t1), 1e-9)}))
+    print(json.dumps({"bytes": total, "seconds": max(t1 - (t0 or t1), 1e-9), "busy_s": busy1 - (busy0 or busy1)}))
 
 
 def _send(addr: str, port: int, seconds: float) -> None:

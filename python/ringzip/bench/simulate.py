@@ -6,7 +6,8 @@ them. The replay is a discrete-event simulation of those programs:
 
 - a message moves once both its send and its receive are posted (Gloo's rendezvous: the
   receiver's ready notice precedes the payload), in posting order per (source, destination, tag);
-- each send costs the thread that posts it `send_us` first (LogP's o: a system call, a wake-up);
+- each send costs the thread that posts it `send_us` first (LogP's o: a system call, a wake-up),
+  and each received message costs its receiver `recv_us` before it sees it (o at that end);
 - between machines a message takes bytes / rate on the source machine's NIC (egress) and on the
   destination's (ingress), then the latency; it moves in up to 16 chunks: a NIC sends its ready
   messages' chunks in turn (the sockets of one sender share it) and receives chunks in the order
@@ -16,7 +17,9 @@ them. The replay is a discrete-event simulation of those programs:
 - a kernel takes its elements at the measured speed of that kernel and codec (the CPU's
   `ringzip-bench kernels --json`, or the H200 record) on one of the machine's cores; where there
   are fewer cores than ranks (the emulated machines of this host share its cores) kernels queue,
-  and so do the copies into and out of shared memory that carry messages inside a machine.
+  and so do the copies into and out of shared memory that carry messages inside a machine, the
+  messages' overheads and, at `net_cpu_ns_per_byte`, the host's network stack's work on every
+  byte between machines.
 
 The simulated time of a call is the last rank's finish. Recording at n ranks costs a loopback run
 of n threads; a replay may stretch a trace recorded at a smaller size to a larger one (every byte
@@ -76,6 +79,8 @@ class Links:
     cores: int | None = None         # kernels and in-machine copies of ALL ranks share this many cores (None: one per rank)
     call_us: float = 0.0             # what every call costs beyond its messages and kernels
     send_us: float = 0.0             # what each send costs the thread posting it (LogP's o)
+    recv_us: float = 0.0             # what each received message costs before its receiver sees it (o there)
+    net_cpu_ns_per_byte: float = 0.0  # CPU a byte between machines costs where cores are counted (a host's TCP stack)
 
     @classmethod
     def layout(cls, machines: int, per_machine: int, **kw) -> "Links":
@@ -154,7 +159,8 @@ def replay(trace, links: Links, kernels: Kernels, scale: float = 1.0) -> dict:
     unit, per_input = kernels.coefficients()
     res = _C.sim.replay(trace, list(links.machine_of), links.net_gbit * 1e9 / 8, links.net_latency_us * 1e-6,
                         links.intra_gbyte * 1e9, links.intra_latency_us * 1e-6, links.cores or 0, unit, per_input,
-                        kernels.launch_us * 1e-6, scale, links.send_us * 1e-6)
+                        kernels.launch_us * 1e-6, scale, links.send_us * 1e-6, links.recv_us * 1e-6,
+                        links.net_cpu_ns_per_byte * 1e-9 if links.cores else 0.0)
     res["time"] += links.call_us * 1e-6
     return res
 
@@ -283,8 +289,9 @@ def _topology(header: dict, row: dict) -> dict:
 
 
 def simulate_row(header: dict, row: dict, kernel_rows: list[dict], recorder: Recorder, slowdown: float = 1.0,
-                 **link_kw) -> dict:
-    """The replay of one measured `ringzip-bench collective` row, on the links its header names."""
+                 launch_us: float = 0.0, **link_kw) -> dict:
+    """The replay of one measured `ringzip-bench collective` row, on the links its header names;
+    every kernel costs launch_us besides its elements."""
     topo = _topology(header, row)
     per = header.get("nproc_per_node") or 1
     node_of = topo.get("node_of") or [r // per for r in range(row["nproc"])]
@@ -292,40 +299,50 @@ def simulate_row(header: dict, row: dict, kernel_rows: list[dict], recorder: Rec
     trace, scale = recorder.trace(row["nproc"], row["count"], row["codec"], row["algorithm"],
                                   list(node_of) if node_aware else None)
     links = Links(node_of, header.get("tcp_goodput_gbit") or header["link_gbit"], **link_kw)
-    return replay(trace, links, cpu_kernels(kernel_rows, row["codec"], row["size_bytes"], slowdown), scale)
+    kernels = cpu_kernels(kernel_rows, row["codec"], row["size_bytes"], slowdown)
+    kernels.launch_us = launch_us
+    return replay(trace, links, kernels, scale)
 
 
 def _median(xs):
     return statistics.median(xs) if xs else float("nan")
 
 
-# What a send may cost its thread (and a core) on the emulated machines: wake-ups and system
-# calls of ranks that share two cores with the TCP stack and the shaper.
-SEND_GRID_US = (0, 50, 100, 150, 200, 300, 400, 600)
+# What a message may cost the thread that sends it and the one that receives it (LogP's o, at
+# each end) on the emulated machines: wake-ups and system calls of ranks that share two cores
+# with the TCP stack and the shaper; the latency between machines; what a kernel costs besides
+# its elements (a dispatch, scratch buffers: compressed calls run a few per peer and segment).
+OVERHEAD_GRID_US = (0, 25, 50, 75, 100, 150, 200)
+LATENCY_GRID_US = (0, 25, 50, 75, 100, 150, 250)
+LAUNCH_GRID_US = (0, 10, 25, 50, 100)
 
 
-def calibrate(rows: list[tuple[dict, dict]], kernel_rows: list[dict], send_grid=SEND_GRID_US, **link_kw) -> dict:
-    """The per-message latency between machines, each send's cost to its thread and the per-call
-    cost that fit the measured small calls best (median relative error): latency on a grid of
-    5 us, the send's cost on `send_grid`, the call cost for each the median of what the replay
-    leaves unexplained."""
+def calibrate(rows: list[tuple[dict, dict]], kernel_rows: list[dict], slowdown: float = 1.0,
+              overhead_grid=OVERHEAD_GRID_US, latency_grid=LATENCY_GRID_US, launch_grid=LAUNCH_GRID_US,
+              **link_kw) -> dict:
+    """The per-message latency between machines, a message's cost to the threads at its two ends,
+    a kernel's fixed cost and the per-call cost that fit the measured calls best (median relative
+    error): latency, overhead (the same at both ends) and kernel cost on their grids, the call cost
+    for each the median of what the replay leaves unexplained."""
     if not rows:
         return {}
-    # The calibration calls are small: every recording kept, each made once for all latencies.
+    # The calibration calls are small: every recording kept, each made once for all the grid.
     recorder, base = Recorder(record_bytes=1 << 62, keep=len(rows)), []
     for header, row in rows:
-        base.append((header, row, row["time_us"]))
+        base.append((header, dict(row, key=_key(row)), row["time_us"]))
     best = None
-    for send in send_grid:
-        for lat in range(0, 1005, 5):
-            kw = dict(link_kw, net_latency_us=lat, send_us=send)
-            sims = [simulate_row(h, dict(r, key=_key(r)), kernel_rows, recorder, **kw)["time"] * 1e6 for h, r, _ in base]
-            call = max(0.0, _median([m - s for (_, _, m), s in zip(base, sims)]))
-            err = _median([abs((s + call) / m - 1) for (_, _, m), s in zip(base, sims)])
-            if best is None or err < best[0]:
-                best = (err, lat, send, call)
-    return {"net_latency_us": float(best[1]), "send_us": float(best[2]), "call_us": round(best[3], 1),
-            "median_error": best[0], "rows": len(base)}
+    for o in overhead_grid:
+        for lat in latency_grid:
+            for launch in launch_grid:
+                kw = dict(link_kw, net_latency_us=lat, send_us=o, recv_us=o)
+                sims = [simulate_row(h, r, kernel_rows, recorder, slowdown, launch, **kw)["time"] * 1e6
+                        for h, r, _ in base]
+                call = max(0.0, _median([m - s for (_, _, m), s in zip(base, sims)]))
+                err = _median([abs((s + call) / m - 1) for (_, _, m), s in zip(base, sims)])
+                if best is None or err < best[0]:
+                    best = (err, lat, o, launch, call)
+    return {"net_latency_us": float(best[1]), "send_us": float(best[2]), "recv_us": float(best[2]),
+            "launch_us": float(best[3]), "call_us": round(best[4], 1), "median_error": best[0], "rows": len(base)}
 
 
 def calibrate_kernels(rows: list[tuple[dict, dict]], kernel_rows: list[dict], **link_kw) -> float:
@@ -347,29 +364,47 @@ def _key(row):
     return f"ringzip/{row['codec']}/{row['algorithm']}" + (f"/{row['hierarchy']}" if row.get("hierarchy") else "")
 
 
-def validate(rows: list[tuple[dict, dict]], kernel_rows: list[dict], slowdown: float = 1.0, **link_kw) -> dict:
+def validate(rows: list[tuple[dict, dict]], kernel_rows: list[dict], slowdown: float = 1.0, launch_us: float = 0.0,
+             **link_kw) -> dict:
     out, recorder = [], Recorder(record_bytes=1 << 62, keep=1)  # at the measured size; large at 64 MiB
     order = sorted(rows, key=lambda hr: (hr[1]["nproc"], hr[1]["count"], hr[1]["codec"], hr[1]["algorithm"],
                                          str(hr[1].get("hierarchy"))))
+    # One rank per machine: the backend ran a node-aware row flat, a repeat of the flat row.
+    repeated = lambda h, r: r.get("hierarchy") == "node" and not _topology(h, dict(r, key=_key(r))).get("node_aware", True)  # noqa: E731
+    repeats = {(id(h), r["count"], r["codec"], r["algorithm"]): r["time_us"] * 1e-3 for h, r in rows if repeated(h, r)}
     for header, row in order:
+        if repeated(header, row):
+            continue
         row = dict(row, key=_key(row))
-        if row.get("hierarchy") == "node" and not _topology(header, row).get("node_aware", True):
-            continue  # one rank per machine: the backend ran it flat, a repeat of the flat row
-        sim = simulate_row(header, row, kernel_rows, recorder, slowdown, **link_kw)
+        sim = simulate_row(header, row, kernel_rows, recorder, slowdown, launch_us, **link_kw)
         measured = row["time_us"] * 1e-6
         out.append({"layout": f"{header.get('nodes') or row['nproc']}x{header.get('nproc_per_node') or 1}",
                     "link_gbit": header["link_gbit"], "size_bytes": row["size_bytes"], "codec": row["codec"],
                     "algorithm": row["algorithm"], "hierarchy": row.get("hierarchy") or "flat",
                     "measured_ms": measured * 1e3, "simulated_ms": sim["time"] * 1e3,
-                    "error": sim["time"] / measured - 1, "sim_compute_ms": sim["compute"] * 1e3})
+                    "error": sim["time"] / measured - 1, "sim_compute_ms": sim["compute"] * 1e3,
+                    "repeat_ms": repeats.get((id(header), row["count"], row["codec"], row["algorithm"]))})
     errs = [abs(r["error"]) for r in out]
-    return {"median_error": _median(errs), "worst_error": max(errs) if errs else float("nan"), "rows": out}
+    return {"median_error": _median(errs), "worst_error": max(errs) if errs else float("nan"),
+            "repeats": repeat_floor(out), "rows": out}
+
+
+def repeat_floor(rows: list[dict]) -> dict:
+    """What the measurement's own noise costs any prediction: a call measured twice in one sweep at
+    a and b ms is predicted within |a - b| / (a + b) at best (the prediction between them), so the
+    worst of those over the repeated rows bounds the worst error from below."""
+    floors = [abs(a - b) / (a + b) for a, b in ((r["measured_ms"], r["repeat_ms"]) for r in rows if r.get("repeat_ms"))]
+    if not floors:
+        return {}
+    return {"pairs": len(floors), "median": _median(floors), "worst": max(floors),
+            "over_25_percent": sum(f > 0.25 for f in floors), "over_10_percent": sum(f > 0.10 for f in floors)}
 
 
 def validation_summary(v: dict) -> str:
-    """Median and worst |error| by codec and by size."""
+    """Median and worst |error| by codec, size, link and layout."""
     lines = ["| rows | n | median abs error | worst | median signed error |", "|---|---:|---:|---:|---:|"]
     for name, key in (("codec", lambda r: r["codec"]), ("size", lambda r: f"{r['size_bytes'] >> 20} MiB"),
+                      ("link", lambda r: f"{r['link_gbit']:g} Gbit/s"),
                       ("layout", lambda r: f"{r['layout']} {r['hierarchy']}")):
         groups: dict = {}
         for r in v["rows"]:
@@ -394,28 +429,41 @@ def validate_main(rows, kernels_path: str, json_path: str | None, table_path: st
                   calibration_bytes: int = 1 << 20, **link_kw) -> dict:
     import datetime
 
-    from .common import cpu_model
+    import os
+
+    from .common import cpu_model, simd_level
 
     kernel_rows = load_json(kernels_path)
     kernel_rows = kernel_rows["results"] if isinstance(kernel_rows, dict) else kernel_rows
-    # Calibration: the message latency, a send's cost and the call cost on the exact calls of the
-    # smallest size; the codec kernels' speed inside calls from the codec timers of the calls with a
-    # core per rank; every other row validates.
-    is_cal = lambda r: r["codec"] == "none" and r["size_bytes"] == calibration_bytes  # noqa: E731
-    fit = calibrate([(h, r) for h, r in rows if is_cal(r)], kernel_rows, **link_kw)
-    link_kw.update({k: fit[k] for k in ("net_latency_us", "send_us", "call_us") if k in fit})
+    # Calibration: the codec kernels' speed inside calls from the calls' own codec timers where
+    # each rank has a core (not their times; the replay's kernel seconds do not depend on the
+    # links); then, on the calls below the validated sizes, the message latency, a message's cost
+    # at each end and the call cost. Every call from calibration_bytes up is predicted.
+    cal = [(h, r) for h, r in rows if r["size_bytes"] < calibration_bytes]
     cores = link_kw.get("cores") or 0
-    fit["kernel_slowdown"] = round(calibrate_kernels([(h, r) for h, r in rows if r["nproc"] <= cores], kernel_rows,
-                                                     **link_kw), 2)
-    print(f"calibrated on {fit.get('rows', 0)} exact calls of {calibration_bytes} B: {fit}")
-    v = validate([(h, r) for h, r in rows if not is_cal(r) and r["size_bytes"] >= calibration_bytes], kernel_rows,
-                 fit["kernel_slowdown"], **link_kw)
+    # What a byte between the emulated machines costs the host's cores: the median of the sweeps'
+    # goodput probes (each counts whole jiffies of a 1.5 s stream).
+    probes = [h["tcp_cpu_ns_per_byte"] for h in {id(h): h for h, _ in rows}.values() if h.get("tcp_cpu_ns_per_byte")]
+    if cores and probes:
+        link_kw.setdefault("net_cpu_ns_per_byte", round(_median(probes), 3))
+    slowdown = round(calibrate_kernels([(h, r) for h, r in rows if r["nproc"] <= cores], kernel_rows, **link_kw), 2)
+    fit = calibrate(cal, kernel_rows, slowdown, **link_kw)
+    link_kw.update({k: fit[k] for k in ("net_latency_us", "send_us", "recv_us", "call_us") if k in fit})
+    fit["kernel_slowdown"] = slowdown
+    print(f"calibrated on {fit.get('rows', 0)} calls below {calibration_bytes} B: {fit}")
+    v = validate([(h, r) for h, r in rows if r["size_bytes"] >= calibration_bytes], kernel_rows, slowdown,
+                 fit.get("launch_us", 0.0), **link_kw)
     v["calibration"] = fit
-    head = {"date": datetime.datetime.now().strftime("%Y-%m-%d %H:%M"), "cpu": cpu_model(), "command": command,
+    head = {"date": datetime.datetime.now().strftime("%Y-%m-%d %H:%M"),
+            "cpu": f"{cpu_model()}, {os.cpu_count()} cores, {simd_level()}", "command": command,
             "links": {k: v_ for k, v_ in Links([0], 1.0, **link_kw).__dict__.items() if k not in ("machine_of", "net_gbit")},
             "measured": sorted({h.get("date", "") for h, _ in rows})}
     summary = (f"{len(v['rows'])} rows: median |error| {100 * v['median_error']:.1f} %, "
                f"worst {100 * v['worst_error']:.1f} %")
+    if v["repeats"]:
+        rp = v["repeats"]
+        summary += (f"; {rp['pairs']} calls measured twice put the best any prediction can do at worst "
+                    f"{100 * rp['worst']:.0f} % ({rp['over_25_percent']} pairs above 25 %, median {100 * rp['median']:.1f} %)")
     print(summary)
     if json_path:
         with open(json_path, "w") as f:

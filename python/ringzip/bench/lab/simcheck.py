@@ -1,18 +1,22 @@
 """The simulator against measurement: every layout this machine can emulate, measured with the
 collective benchmark on shaped links, then each row replayed (ringzip.bench.simulate).
 
-    python -m ringzip.bench.lab.simcheck measure --out DIR      the measurements (root; ~30 min)
+    python -m ringzip.bench.lab.simcheck measure --out DIR      the measurements (root; ~40 min)
     python -m ringzip.bench.lab.simcheck pack DIR FILE          them as one compact file
     python -m ringzip.bench.lab.simcheck check FILE --kernels K simulate every row; error table
 
 measure: 1 and 2 Gbit/s; one rank per emulated machine with 2, 3, 4 and 6 ranks, and 2 machines of
-2 and of 3 ranks (flat and node-aware); per layout three sweeps of 1-64 MiB float32 all-reduce,
-named algorithms only (a row the tuner chose for would not say what to replay): exact over the
-ring, fp16 / bf16 / q8 / q4 / q2 / q1 over the ring and sra, topk:0.01 sparse. check fits the two
-costs the link model cannot know (a message's latency, a call's fixed cost) on the exact 1 MiB
-calls and predicts every other row. One JSON file per sweep in DIR. K: `ringzip-bench kernels
---json K` on the same machine, 1-64 MiB (kernel speeds are taken at the call's size: a 64 MiB
-call runs its kernels out of cache).
+2 and of 3 ranks (flat and node-aware); per layout three sweeps of float32 all-reduce, named
+algorithms only (a row the tuner chose for would not say what to replay): exact over the ring,
+fp16 / bf16 / q8 / q4 / q2 / q1 over the ring and sra, topk:0.01 sparse; each at 1-64 MiB (the
+validated calls, files m*.json) and at 16 and 256 KiB (the calibration, c*.json). check fits what
+the link model cannot know (a message's latency, its overhead at each end, a kernel's and a call's
+fixed cost) on the calls below 1 MiB, the codec kernels' speed inside calls on the calls' codec
+timers, takes what a byte between the emulated machines costs the host from the sweeps' TCP
+probes, and predicts every call from 1 MiB up. It also reports what the measurement's own noise
+allows: calls measured twice in a sweep bound the best any prediction can do. K: `ringzip-bench
+kernels --json K -b 16K -e 64M` on the same machine (kernel speeds are taken at the call's size: a
+64 MiB call runs its kernels out of cache).
 """
 from __future__ import annotations
 
@@ -29,26 +33,33 @@ RATES = ("1gbit", "2gbit")
 SWEEPS = (("none", "ring"), ("fp16,bf16,q8,q4,q2,q1", "ring,sra"), ("topk:0.01", "sparse"))
 
 
-def measure(out: str, layouts=LAYOUTS, rates=RATES, iters: int = 5) -> None:
+# The validated sizes, and the smaller calls the costs the model cannot know are fitted on.
+SIZES = {"m": ("1M", "64M", "4"), "c": ("16K", "256K", "16")}
+
+
+def measure(out: str, layouts=LAYOUTS, rates=RATES, iters: int = 30, min_iters: int = 5) -> None:
     os.makedirs(out, exist_ok=True)
     for rate in rates:
         for machines, per in layouts:
             for i, (codecs, algos) in enumerate(SWEEPS):
-                path = os.path.join(out, f"m{machines}x{per}_{rate}_{i}.json")
-                if os.path.exists(path):
-                    continue
-                cmd = [sys.executable, "-m", "ringzip.bench", "collective", "--backend", "ringzip",
-                       "--nodes", str(machines), "--nproc-per-node", str(per), "--net", rate,
-                       "-b", "1M", "-e", "64M", "-f", "4", "--codec", codecs, "--algorithm", algos,
-                       "--iters", str(iters), "--warmup", "2", "--time-budget", "1.0", "--json", path, "-q"]
-                if per > 1:
-                    cmd += ["--hierarchy", "flat,node"]
-                t = time.time()
-                subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
-                print(f"{os.path.basename(path)}: {time.time() - t:.0f} s", flush=True)
+                for kind, (begin, end, factor) in SIZES.items():
+                    path = os.path.join(out, f"{kind}{machines}x{per}_{rate}_{i}.json")
+                    if os.path.exists(path):
+                        continue
+                    cmd = [sys.executable, "-m", "ringzip.bench", "collective", "--backend", "ringzip",
+                           "--nodes", str(machines), "--nproc-per-node", str(per), "--net", rate,
+                           "-b", begin, "-e", end, "-f", factor, "--codec", codecs, "--algorithm", algos,
+                           "--iters", str(iters), "--min-iters", str(min_iters), "--warmup", "2",
+                           "--time-budget", "1.0", "--json", path, "-q"]
+                    if per > 1:
+                        cmd += ["--hierarchy", "flat,node"]
+                    t = time.time()
+                    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+                    print(f"{os.path.basename(path)}: {time.time() - t:.0f} s", flush=True)
 
 
-HEADER_KEYS = ("date", "cpu", "command", "nodes", "nproc_per_node", "link_gbit", "tcp_goodput_gbit")
+HEADER_KEYS = ("date", "cpu", "command", "nodes", "nproc_per_node", "link_gbit", "tcp_goodput_gbit",
+               "tcp_cpu_ns_per_byte")
 ROW_KEYS = ("size_bytes", "count", "codec", "algorithm", "hierarchy", "nproc", "iters", "time_us", "time_us_min",
             "codec_share")
 
@@ -56,7 +67,7 @@ ROW_KEYS = ("size_bytes", "count", "codec", "algorithm", "hierarchy", "nproc", "
 def pack(directory: str) -> list[dict]:
     """The measured sweeps of DIR, each as its header's and rows' fields the check reads."""
     out = []
-    for path in sorted(glob.glob(os.path.join(directory, "*.json"))):
+    for path in sorted(glob.glob(os.path.join(directory, "[mc]*.json"))):
         with open(path) as f:
             d = json.load(f)
         h = {k: d["header"].get(k) for k in HEADER_KEYS}
@@ -79,7 +90,8 @@ def main(argv=None) -> None:
     sub = p.add_subparsers(dest="cmd", required=True)
     m = sub.add_parser("measure")
     m.add_argument("--out", required=True)
-    m.add_argument("--iters", type=int, default=5)
+    m.add_argument("--iters", type=int, default=30, help="timed calls per row at most (1.0 s a row sizes it)")
+    m.add_argument("--min-iters", type=int, default=5, help="timed calls per row at least")
     k = sub.add_parser("pack", help="DIR's sweeps as one compact JSON file (what check reads)")
     k.add_argument("dir")
     k.add_argument("out")
@@ -90,7 +102,7 @@ def main(argv=None) -> None:
     c.add_argument("--table", help="write the markdown table here")
     a = p.parse_args(argv)
     if a.cmd == "measure":
-        measure(a.out, iters=a.iters)
+        measure(a.out, iters=a.iters, min_iters=a.min_iters)
     elif a.cmd == "pack":
         with open(a.out, "w") as f:
             json.dump(pack(a.dir), f, separators=(",", ":"))
