@@ -112,10 +112,12 @@ class Kernels:
         return unit, per_input
 
 
-def cpu_kernels(rows: list[dict], codec: str, size_bytes: int | None = None, slowdown: float = 1.0) -> Kernels:
+def cpu_kernels(rows: list[dict], codec: str, size_bytes: int | None = None, slowdown: float = 1.0,
+                launch_us: float = 0.0) -> Kernels:
     """From `ringzip-bench kernels --json` rows: those measured nearest `size_bytes` (the call's
     size: a large call's kernels run out of cache), or the largest; the codec's kernels
-    `slowdown` times slower (what they take inside calls, calibrate_kernels)."""
+    `slowdown` times slower (what they take inside calls, calibrate_kernels); every kernel
+    `launch_us` besides (calibrate)."""
     import math
 
     mine = [r for r in rows if r["codec"] == codec] or rows
@@ -128,7 +130,7 @@ def cpu_kernels(rows: list[dict], codec: str, size_bytes: int | None = None, slo
         g.update(encode=r["encode_gbps"], decode_accumulate=r["decode_acc_gbps"],
                  decode_add_encode=r["decode_add_encode_gbps"], feedback=r.get("feedback_gbps", r["encode_gbps"]))
         g.update({k: v / slowdown for k, v in g.items() if k != "copy"})
-    return Kernels(g)
+    return Kernels(g, launch_us)
 
 
 def gpu_kernels(record: dict, codec: str, launch_us: float = 4.0) -> Kernels:
@@ -160,7 +162,7 @@ def replay(trace, links: Links, kernels: Kernels, scale: float = 1.0) -> dict:
     res = _C.sim.replay(trace, list(links.machine_of), links.net_gbit * 1e9 / 8, links.net_latency_us * 1e-6,
                         links.intra_gbyte * 1e9, links.intra_latency_us * 1e-6, links.cores or 0, unit, per_input,
                         kernels.launch_us * 1e-6, scale, links.send_us * 1e-6, links.recv_us * 1e-6,
-                        links.net_cpu_ns_per_byte * 1e-9 if links.cores else 0.0)
+                        links.net_cpu_ns_per_byte * 1e-9)
     res["time"] += links.call_us * 1e-6
     return res
 
@@ -299,9 +301,7 @@ def simulate_row(header: dict, row: dict, kernel_rows: list[dict], recorder: Rec
     trace, scale = recorder.trace(row["nproc"], row["count"], row["codec"], row["algorithm"],
                                   list(node_of) if node_aware else None)
     links = Links(node_of, header.get("tcp_goodput_gbit") or header["link_gbit"], **link_kw)
-    kernels = cpu_kernels(kernel_rows, row["codec"], row["size_bytes"], slowdown)
-    kernels.launch_us = launch_us
-    return replay(trace, links, kernels, scale)
+    return replay(trace, links, cpu_kernels(kernel_rows, row["codec"], row["size_bytes"], slowdown, launch_us), scale)
 
 
 def _median(xs):
