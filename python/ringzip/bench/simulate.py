@@ -364,16 +364,19 @@ def _key(row):
     return f"ringzip/{row['codec']}/{row['algorithm']}" + (f"/{row['hierarchy']}" if row.get("hierarchy") else "")
 
 
+def _ran_flat(header: dict, row: dict) -> bool:
+    """A node-aware row with one rank per machine: the backend ran it flat, a repeat of the flat row."""
+    return row.get("hierarchy") == "node" and not _topology(header, dict(row, key=_key(row))).get("node_aware", True)
+
+
 def validate(rows: list[tuple[dict, dict]], kernel_rows: list[dict], slowdown: float = 1.0, launch_us: float = 0.0,
              **link_kw) -> dict:
     out, recorder = [], Recorder(record_bytes=1 << 62, keep=1)  # at the measured size; large at 64 MiB
     order = sorted(rows, key=lambda hr: (hr[1]["nproc"], hr[1]["count"], hr[1]["codec"], hr[1]["algorithm"],
                                          str(hr[1].get("hierarchy"))))
-    # One rank per machine: the backend ran a node-aware row flat, a repeat of the flat row.
-    repeated = lambda h, r: r.get("hierarchy") == "node" and not _topology(h, dict(r, key=_key(r))).get("node_aware", True)  # noqa: E731
-    repeats = {(id(h), r["count"], r["codec"], r["algorithm"]): r["time_us"] * 1e-3 for h, r in rows if repeated(h, r)}
+    repeats = {(id(h), r["count"], r["codec"], r["algorithm"]): r["time_us"] * 1e-3 for h, r in rows if _ran_flat(h, r)}
     for header, row in order:
-        if repeated(header, row):
+        if _ran_flat(header, row):
             continue
         row = dict(row, key=_key(row))
         sim = simulate_row(header, row, kernel_rows, recorder, slowdown, launch_us, **link_kw)
@@ -438,7 +441,8 @@ def validate_main(rows, kernels_path: str, json_path: str | None, table_path: st
     # Calibration: the codec kernels' speed inside calls from the calls' own codec timers where
     # each rank has a core (not their times; the replay's kernel seconds do not depend on the
     # links); then, on the calls below the validated sizes, the message latency, a message's cost
-    # at each end and the call cost. Every call from calibration_bytes up is predicted.
+    # at each end, a kernel's fixed cost and the call cost. Every call from calibration_bytes up is
+    # predicted.
     cal = [(h, r) for h, r in rows if r["size_bytes"] < calibration_bytes]
     cores = link_kw.get("cores") or 0
     # What a byte between the emulated machines costs the host's cores: the median of the sweeps'
