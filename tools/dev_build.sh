@@ -16,3 +16,4 @@ cmake --build "$B" -j "${JOBS:-2}"
 for so in "$B"/_C*.so; do  # replace, never overwrite: running processes keep the old file
   cp -f "$so" "python/ringzip/.$(basename "$so").tmp" && mv -f "python/ringzip/.$(basename "$so").tmp" "python/ringzip/$(basename "$so")"
 done
+cp -f "$B/wanlink" python/ringzip/bench/.wanlink.tmp && mv -f python/ringzip/bench/.wanlink.tmp python/ringzip/bench/wanlink

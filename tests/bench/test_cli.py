@@ -44,9 +44,14 @@ def _cli(args, timeout):
 def test_units():
     assert parse_size("4") == 4 and parse_size("64K") == 65536 and parse_size("16M") == 16 << 20
     assert size_sweep(4, 64, 4) == [4, 16, 64]
-    assert parse_net("1gbit") == (1e9, 0.0)
-    rate, delay = parse_net("10gbit,0.2ms")
-    assert rate == 1e10 and abs(delay - 2e-4) < 1e-12
+    assert parse_net("1gbit") == (1e9, 0.0, 0.0, "auto")
+    rate, delay, loss, link = parse_net("10gbit,0.2ms")
+    assert rate == 1e10 and abs(delay - 2e-4) < 1e-12 and loss == 0 and link == "auto"
+    assert parse_net("1gbit,50ms,0.1%") == (1e9, 0.05, 0.001, "auto")
+    assert parse_net("1gbit,tun").link == "tun" and parse_net("1gbit,50ms,0.002,tbf") == (1e9, 0.05, 0.002, "tbf")
+    for bad in ("1gbit,50ms,120%", "1gbit,50ms,0.1%,3", "1gbit,netem", ""):
+        with pytest.raises(ValueError):
+            parse_net(bad)
     assert bus_factor("allreduce", 4) == 1.5 and bus_factor("allgather", 4) == 0.75
     with pytest.raises(ValueError):
         parse_size("12Q")

@@ -15,7 +15,7 @@
                                            over the loopback transport) through a link and kernel
                                            model: machines x ranks this host cannot run
 
-Add --net RATE[,DELAY] (root) to run every rank in its own shaped network namespace, and
+Add --net RATE[,DELAY[,LOSS]][,LINK] (root) to run every rank in its own shaped network namespace, and
 --nodes N --nproc-per-node P to group the ranks into N emulated machines with one shaped NIC each.
 """
 from __future__ import annotations

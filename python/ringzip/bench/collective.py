@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from . import report
-from .common import (default_results_dir, fmt_bytes, fmt_rate, header_lines, log, parse_key_values, parse_net,
+from .common import (default_results_dir, fmt_bytes, fmt_rate, header_lines, log, NetSpec, parse_key_values, parse_net,
                      parse_rate_bits, parse_size, size_sweep, split_list, versions, cpu_model)
 from .launch import Launcher, log_tail
 from .ops import DTYPES, OPS, canonical_dtype, element_count, redop
@@ -52,7 +52,7 @@ def add_arguments(p) -> None:
     p.add_argument("--ropt", action="append", default=[], metavar="KEY=VALUE",
                    help="extra ringzip.Options field for every ringzip row, e.g. min_numel=0 (repeatable)")
     p.add_argument("--seed", type=int, default=0, help="input seed (default 0)")
-    p.add_argument("--net", help="emulated link RATE[,DELAY], e.g. 1gbit or 10gbit,0.2ms (needs root)")
+    p.add_argument("--net", help="emulated link RATE[,DELAY[,LOSS]][,LINK], e.g. 1gbit, 10gbit,0.2ms or 1gbit,50ms,0.1%% (needs root; a delay or loss runs on the user-space link, LINK tun, unless LINK is tbf)")
     p.add_argument("--nodes", type=int,
                    help="emulate N machines (root): one network namespace per node whose one NIC, shaped by "
                         "--net, its ranks share; ranks of a node talk over its loopback, unshaped")
@@ -191,7 +191,8 @@ def run(args) -> int:
     cfgs = configs(backends, split_list(opt["codec"]) or ["none"], split_list(opt["algorithm"]) or ["auto"],
                    hierarchies)
     cfgs.sort(key=lambda c: c["backend"] != "gloo")  # gloo first: the reference row of each size
-    rate_bits, delay = parse_net(net_arg) if net_arg else (None, 0.0)
+    net = parse_net(net_arg) if net_arg else NetSpec(None)
+    rate_bits = net.rate
     if args.link and not rate_bits:
         rate_bits = parse_rate_bits(args.link)
     spec = {"op": opt["op"], "dtype": dtype, "sizes": sizes, "configs": cfgs, "seed": args.seed,
@@ -227,7 +228,7 @@ def run(args) -> int:
     if net_arg or nodes:  # --nodes without --net: the namespaces, unshaped
         from .netem import open_env
 
-        net_ctx = open_env(n, rate_bits if net_arg else None, delay, log=log, ranks_per_node=per_node or 1)
+        net_ctx = open_env(n, net, log=log, ranks_per_node=per_node or 1)
 
     rows: list[dict] = []
     status = 0

@@ -7,6 +7,7 @@ import re
 import socket
 import sys
 from pathlib import Path
+from typing import NamedTuple
 
 _SIZE_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([kmgt]?)(i?b?)\s*$", re.IGNORECASE)
 _SIZE_MUL = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
@@ -43,16 +44,43 @@ def parse_delay_s(text: str) -> float:
     return float(m.group(1)) * {"us": 1e-6, "ms": 1e-3, "s": 1.0}[unit]
 
 
-def parse_net(text: str) -> tuple[float, float]:
-    """'RATE[,DELAY]' -> (bits/s, one-way delay seconds)."""
-    parts = [p for p in str(text).split(",") if p.strip()]
-    if not parts or len(parts) > 2:
-        raise ValueError(f"bad --net {text!r} (expected RATE[,DELAY], e.g. 1gbit or 10gbit,0.2ms)")
+class NetSpec(NamedTuple):
+    """An emulated link: rate (bits/s, None: unshaped), one-way delay (s), random loss per
+    packet (0..1) and which emulation carries it (`link`: auto, tbf or tun; netem.py)."""
+    rate: float | None
+    delay: float = 0.0
+    loss: float = 0.0
+    link: str = "auto"
+
+
+LINKS = ("auto", "tbf", "tun")
+
+
+def parse_loss(text: str) -> float:
+    t = str(text).strip()
+    try:
+        v = float(t[:-1]) / 100 if t.endswith("%") else float(t)
+    except ValueError:
+        raise ValueError(f"bad loss {text!r} (expected e.g. 0.1% or 0.001)") from None
+    if not 0 <= v < 1:
+        raise ValueError(f"loss {text!r} must be in [0, 100%)")
+    return v
+
+
+def parse_net(text: str) -> NetSpec:
+    """'RATE[,DELAY[,LOSS]][,LINK]' -> NetSpec. LINK (auto, tbf, tun) may end the list at any
+    point: '1gbit,50ms,tun'."""
+    parts = [p.strip() for p in str(text).split(",") if p.strip()]
+    link = parts.pop() if parts and parts[-1].lower() in LINKS else "auto"
+    if not parts or len(parts) > 3:
+        raise ValueError(f"bad --net {text!r} (expected RATE[,DELAY[,LOSS]][,LINK], e.g. 1gbit, "
+                         f"10gbit,0.2ms or 1gbit,50ms,0.1%; LINK one of {', '.join(LINKS)})")
     rate = parse_rate_bits(parts[0])
-    delay = parse_delay_s(parts[1]) if len(parts) == 2 else 0.0
+    delay = parse_delay_s(parts[1]) if len(parts) >= 2 else 0.0
+    loss = parse_loss(parts[2]) if len(parts) == 3 else 0.0
     if rate <= 0:
         raise ValueError("--net rate must be positive")
-    return rate, delay
+    return NetSpec(rate, delay, loss, link.lower())
 
 
 def size_sweep(begin: int, end: int, factor: float) -> list[int]:

@@ -195,15 +195,15 @@ def run_configs(nproc: int, workdir: Path, net, threads: int, module: str, spec:
 @contextlib.contextmanager
 def ranks_env(nproc: int, net_arg: str | None, prefix: str):
     """(work folder, emulated network or None, link description) for one run of ranks: with
-    --net RATE[,DELAY] the namespaces exist inside the block (their TCP goodput measured and
+    --net RATE[,DELAY[,LOSS]] the namespaces exist inside the block (their TCP goodput measured and
     named in the description) and are removed on the way out, whatever happens inside."""
-    rate, delay = parse_net(net_arg) if net_arg else (None, 0.0)
-    link = fmt_rate(rate) if not net_arg else f"--net {net_arg}"
+    spec = parse_net(net_arg) if net_arg else None
+    link = fmt_rate(None) if not net_arg else f"--net {net_arg}"
     net = None
     if net_arg:
         from .netem import open_env
 
-        net = open_env(nproc, rate, delay, log=log)
+        net = open_env(nproc, spec, log=log)
     with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
         if net is not None:
             net.__enter__()

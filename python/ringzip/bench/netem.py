@@ -15,6 +15,13 @@ Topology and shaping:  rank i: [ns <p>r<i>: dev <p>r<i> 10.77.0.<i+1>/24]  <-vet
 added on the rank's egress only, so the one-way rank-to-rank latency is DELAY (RTT 2*DELAY).
 rate_bits=None leaves the links unshaped.
 
+A link with a round trip (delay_s > 0) or random loss (loss > 0) needs netem, which some kernels
+lack; link="tun" (the default for such links, link="auto") builds it in user space instead:
+no bridge and no veth, but a TUN device <p>r<i> (same name and address) in every namespace and
+one process, `wanlink` (csrc/bench/wanlink.cc), that forwards every packet through the sender's
+uplink at RATE, DELAY, LOSS and the receiver's downlink at RATE, each with a drop-tail queue of
+QUEUE_S. link="tbf" keeps the veth topology (with netem for delay and loss, where it exists).
+
 Emulated nodes (ranks_per_node=P > 1): namespace <p>n<j> holds ranks jP..jP+P-1, like one
 machine with one NIC: the P ranks share the node's veth <p>n<j> (10.77.0.<j+1>) and its RATE;
 traffic between them goes to the node's own address, which the kernel routes through the
@@ -36,6 +43,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 SUBNET = "10.77.0"
@@ -44,6 +52,18 @@ ETC_NETNS = "/etc/netns"  # iproute2: files in ETC_NETNS/<ns>/ are mounted over 
 
 class NetSetupError(RuntimeError):
     pass
+
+
+QUEUE_S = 0.02  # drop-tail queue of every emulated link, in seconds at its rate (tbf's too)
+
+
+def wanlink_path() -> str:
+    """The user-space link program, built and installed with the extension."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "wanlink")
+    if not os.access(path, os.X_OK):
+        raise NetSetupError(f"{path} is missing: the user-space link is built with the extension "
+                            "(pip install ., or tools/dev_build.sh for a source tree)")
+    return path
 
 
 def check_prereqs() -> None:
@@ -117,14 +137,24 @@ def cleanup_prefix(prefix: str) -> list[str]:
 
 class NetEnv:
     def __init__(self, nranks: int, rate_bits: float | None, delay_s: float = 0.0, prefix: str | None = None,
-                 log=None, ranks_per_node: int = 1, hostnames: bool = False):
+                 log=None, ranks_per_node: int = 1, hostnames: bool = False, loss: float = 0.0,
+                 link: str = "auto"):
         if ranks_per_node < 1 or nranks % ranks_per_node:
             raise ValueError(f"{nranks} ranks do not split into nodes of {ranks_per_node}")
         self.per_node, self.nnodes = ranks_per_node, nranks // ranks_per_node
         if self.nnodes < 1 or self.nnodes > 250:
             raise ValueError("--net supports 1..250 namespaces")
-        self.nranks, self.delay_s = nranks, float(delay_s)
+        self.nranks, self.delay_s, self.loss = nranks, float(delay_s), float(loss)
         self.rate_bits = float(rate_bits) if rate_bits else None
+        if link not in ("auto", "tbf", "tun"):
+            raise ValueError(f"link must be auto, tbf or tun, got {link!r}")
+        if not 0 <= self.loss < 1 or self.delay_s < 0:
+            raise ValueError(f"bad link: delay {delay_s!r} s, loss {loss!r}")
+        # tbf (veth, the kernel's shapers) where it suffices: the figures recorded before the
+        # user-space link existed were taken that way
+        self.link = link if link != "auto" else ("tun" if self.delay_s > 0 or self.loss > 0 else "tbf")
+        self._wanlink: subprocess.Popen | None = None
+        self.link_stats: dict | None = None  # wanlink's counters and CPU time, after teardown
         self.hostnames = hostnames
         # one namespace per rank keeps its historical names (r<i>); emulated nodes are n<j>
         self._tag = "r" if ranks_per_node == 1 else "n"
@@ -168,7 +198,9 @@ class NetEnv:
 
     def describe(self) -> str:
         d = f", one-way delay {self.delay_s * 1e3:g} ms" if self.delay_s else ""
-        rate = f"{self.rate_bits / 1e9:g} Gbit/s tbf per direction" if self.rate_bits else "unshaped"
+        d += f", loss {self.loss * 100:g} % per packet" if self.loss else ""
+        shaper = "tbf" if self.link == "tbf" else "user-space link (wanlink)"
+        rate = f"{self.rate_bits / 1e9:g} Gbit/s {shaper} per direction" if self.rate_bits else f"unshaped ({shaper})"
         where = f" on each node's NIC, shared by its {self.per_node} ranks" if self.per_node > 1 else ""
         return f"{rate}{where}{d} (netns {self.prefix}*)"
 
@@ -221,22 +253,29 @@ class NetEnv:
         if not self.rate_bits or not rate_bits:
             raise ValueError("set_rate changes the rate of shaped links: set up with a rate and give one")
         self.rate_bits = float(rate_bits)
+        if self._wanlink is not None:
+            self._wanlink_command(f"rate {self.rate_bits:.0f}")
+            self.log(f"[net] links now {self.describe()}")
+            return
         for j in range(self.nnodes):
             node_side = self.ifname(j * self.per_node)
             for ns, dev, delay in ((self.bridge_ns, f"{self.prefix}h{j}", 0.0), (self.node_ns(j), node_side, self.delay_s)):
-                where = ["parent", "1:1", "handle", "10:"] if delay > 0 else ["root", "handle", "1:"]
+                netem = delay > 0 or (self.loss > 0 and ns != self.bridge_ns)
+                where = ["parent", "1:1", "handle", "10:"] if netem else ["root", "handle", "1:"]
                 _run(["ip", "netns", "exec", ns, "tc", "qdisc", "change", "dev", dev] + where + self._tbf())
         self.log(f"[net] links now {self.describe()}")
 
     def _shape(self, ns: str, dev: str, delay_s: float) -> None:
         base = ["ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", dev]
         tbf = self._tbf()
-        if delay_s > 0:
+        loss = 0.0 if ns == self.bridge_ns else self.loss  # on the rank's egress only, like the delay
+        if delay_s > 0 or loss > 0:
             if not self._netem_ok(ns):
-                raise NetSetupError("this kernel has no netem qdisc (sch_netem), so a DELAY cannot be "
-                                    "emulated here; drop the ',DELAY' part of --net")
+                raise NetSetupError("this kernel has no netem qdisc (sch_netem), so the tbf link cannot add "
+                                    "a delay or loss; use the user-space link (--net RATE,DELAY,tun, the "
+                                    "default for such links)")
             _run(base + ["root", "handle", "1:", "netem", "delay", f"{delay_s * 1e6:.0f}us",
-                         "limit", "100000"])
+                         *(["loss", f"{loss * 100:g}%"] if loss else []), "limit", "100000"])
             if tbf:
                 _run(base + ["parent", "1:1", "handle", "10:"] + tbf)
         elif tbf:
@@ -252,6 +291,9 @@ class NetEnv:
 
     def setup(self) -> None:
         self.active = True
+        if self.link == "tun":
+            self._setup_tun()
+            return
         br_ns, br = self.bridge_ns, f"{self.prefix}b"
         _run(["ip", "netns", "add", br_ns])
         _run(["ip", "-n", br_ns, "link", "set", "lo", "up"])
@@ -274,6 +316,49 @@ class NetEnv:
                 self._write_hosts(ns)
         self.log(f"[net] {self.nnodes} namespaces {self.prefix}{self._tag}* on bridge {br} ({self.describe()})")
 
+    def _setup_tun(self) -> None:
+        machines = []
+        for j in range(self.nnodes):
+            ns = self.node_ns(j)
+            _run(["ip", "netns", "add", ns])
+            _run(["ip", "-n", ns, "link", "set", "lo", "up"])
+            # IPv4 only: no router solicitations for the link to carry
+            _run(["ip", "netns", "exec", ns, "sysctl", "-qw", "net.ipv6.conf.default.disable_ipv6=1"], check=False)
+            machines.append(f"{ns}:{self.ifname(j * self.per_node)}:{self.addr(j * self.per_node)}")
+            if self.hostnames:
+                self._write_hosts(ns)
+        cmd = [wanlink_path(), "--rate", f"{self.rate_bits or 0:.0f}", "--delay", f"{self.delay_s:.9f}",
+               "--loss", f"{self.loss:.9f}", "--queue", f"{QUEUE_S}", "--seed", str(os.getpid())] + machines
+        # stdin is its lifeline: the link ends with this process, however that ends
+        self._wanlink = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                         stderr=subprocess.PIPE, text=True)
+        line = self._wanlink.stdout.readline()
+        if not line.startswith("ready"):
+            err = self._wanlink.stderr.read() if self._wanlink.poll() is not None else ""
+            raise NetSetupError(f"wanlink did not start: {line.strip()} {err.strip()}")
+        if "no real-time" in line:
+            self.log("[net] wanlink runs without real-time priority: its deliveries may wait for a busy core")
+        self.log(f"[net] {self.nnodes} namespaces {self.prefix}{self._tag}* joined by wanlink ({self.describe()})")
+
+    def _wanlink_command(self, line: str) -> None:
+        self._wanlink.stdin.write(line + "\n")
+        self._wanlink.stdin.flush()
+        if self._wanlink.stdout.readline().strip() != "ok":
+            raise NetSetupError(f"wanlink refused {line!r}")
+
+    def _stop_wanlink(self) -> None:
+        w, self._wanlink = self._wanlink, None
+        if w is None:
+            return
+        try:
+            out, err = w.communicate("quit\n", timeout=10)
+            self.link_stats = json.loads(out.strip().splitlines()[-1]) if out.strip() else None
+            if self.link_stats:
+                self.log(f"[net] wanlink: {self.link_stats}")
+        except (subprocess.TimeoutExpired, ValueError, OSError):
+            w.kill()
+            w.wait()
+
     def _write_hosts(self, ns: str) -> None:
         """The /etc/hosts `ip netns exec` shows inside `ns`: every node's hostname and address."""
         d = os.path.join(ETC_NETNS, ns)
@@ -291,6 +376,7 @@ class NetEnv:
         blocked = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
         old = signal.pthread_sigmask(signal.SIG_BLOCK, blocked)
         try:
+            self._stop_wanlink()
             errs = cleanup_prefix(self.prefix)
             left = leftovers(self.prefix)
             self.active = False
@@ -305,18 +391,19 @@ class NetEnv:
 
     # measurement ---------------------------------------------------------------------------
     def measure_goodput(self, seconds: float = 1.5, src: int = 0, dst: int | None = None,
-                        port: int = 29499) -> float:
+                        port: int = 29499, streams: int = 1) -> float:
         """TCP goodput (bits/s) from rank `src` to rank `dst` (default: the first rank of the
-        next namespace, so the probe crosses the shaped link), as the receiver saw it."""
+        next namespace, so the probe crosses the shaped link) over `streams` connections at
+        once, as the receiver saw it."""
         dst = self.per_node if dst is None else dst
         # run this file as a plain script: stdlib only, no torch import (fast start)
         me = [sys.executable, os.path.abspath(__file__)]
         env = dict(os.environ)
-        recv = subprocess.Popen(self.exec_prefix(dst) + me + ["recv", self.addr(dst), str(port)],
+        recv = subprocess.Popen(self.exec_prefix(dst) + me + ["recv", self.addr(dst), str(port), str(streams)],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
         try:
             time.sleep(0.3)
-            snd = subprocess.run(self.exec_prefix(src) + me + ["send", self.addr(dst), str(port), str(seconds)],
+            snd = subprocess.run(self.exec_prefix(src) + me + ["send", self.addr(dst), str(port), str(seconds), str(streams)],
                                  capture_output=True, text=True, env=env, timeout=seconds + 30)
             out, err = recv.communicate(timeout=seconds + 30)
         finally:
@@ -332,6 +419,15 @@ class NetEnv:
         return res["bytes"] * 8 / res["seconds"]
 
 
+    def link_cpu_seconds(self) -> float:
+        """CPU seconds the user-space link's process has used so far (0 for tbf links)."""
+        if self._wanlink is None:
+            return 0.0
+        with open(f"/proc/{self._wanlink.pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def host_busy_seconds() -> float:
     """CPU seconds this host's cores have been busy (user, system, interrupts) since boot: the
     namespaces' stacks run on them, so /proc/stat counts them from any namespace."""
@@ -341,53 +437,73 @@ def host_busy_seconds() -> float:
 
 
 # probe endpoints (run inside the namespaces) ---------------------------------------------------
-def _recv(addr: str, port: int) -> None:
+def _recv(addr: str, port: int, streams: int = 1) -> None:
     srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     srv.bind((addr, port))
-    srv.listen(1)
+    srv.listen(streams)
     srv.settimeout(30)
-    conn, _ = srv.accept()
-    buf = bytearray(1 << 20)
-    total, t0, busy0 = 0, None, None
-    while True:
-        n = conn.recv_into(buf)
-        if n == 0:
-            break
-        if t0 is None:
-            t0, busy0, total = time.perf_counter(), host_busy_seconds(), -n  # from the first bytes on
-        total += n
+    state = {"total": 0, "t0": None, "busy0": None}
+    lock = threading.Lock()
+
+    def drain(conn):
+        buf = bytearray(1 << 20)
+        while True:
+            n = conn.recv_into(buf)
+            if n == 0:
+                break
+            with lock:
+                if state["t0"] is None:  # from the first bytes on
+                    state["t0"], state["busy0"], state["total"] = time.perf_counter(), host_busy_seconds(), -n
+                state["total"] += n
+        conn.close()
+
+    threads = []
+    for _ in range(streams):
+        conn, _ = srv.accept()
+        threads.append(threading.Thread(target=drain, args=(conn,)))
+        threads[-1].start()
+    for t in threads:
+        t.join()
     t1, busy1 = time.perf_counter(), host_busy_seconds()
-    conn.close()
     srv.close()
-    print(json.dumps({"bytes": total, "seconds": max(t1 - (t0 or t1), 1e-9), "busy_s": busy1 - (busy0 or busy1)}))
+    t0, busy0 = state["t0"] or t1, state["busy0"] or busy1
+    print(json.dumps({"bytes": state["total"], "seconds": max(t1 - t0, 1e-9), "busy_s": busy1 - busy0}))
 
 
-def _send(addr: str, port: int, seconds: float) -> None:
-    s = None
-    for _ in range(50):
-        try:
-            s = socket.create_connection((addr, port), timeout=5)
-            break
-        except OSError:
-            time.sleep(0.1)
-    if s is None:
-        raise SystemExit("could not connect to the goodput receiver")
-    data = b"\0" * (1 << 20)
+def _send(addr: str, port: int, seconds: float, streams: int = 1) -> None:
+    def one():
+        s = None
+        for _ in range(50):
+            try:
+                s = socket.create_connection((addr, port), timeout=5)
+                break
+            except OSError:
+                time.sleep(0.1)
+        if s is None:
+            raise SystemExit("could not connect to the goodput receiver")
+        s.settimeout(seconds + 30)
+        data = b"\0" * (1 << 20)
+        while time.perf_counter() < end:
+            s.sendall(data)
+        s.shutdown(socket.SHUT_WR)
+        s.recv(1)  # wait for the receiver to finish reading
+        s.close()
+
     end = time.perf_counter() + seconds
-    while time.perf_counter() < end:
-        s.sendall(data)
-    s.shutdown(socket.SHUT_WR)
-    s.recv(1)  # wait for the receiver to finish reading
-    s.close()
+    threads = [threading.Thread(target=one) for _ in range(streams)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
 
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["recv"]:
-        _recv(argv[1], int(argv[2]))
+        _recv(argv[1], int(argv[2]), *(int(a) for a in argv[3:4]))
     elif argv[:1] == ["send"]:
-        _send(argv[1], int(argv[2]), float(argv[3]))
+        _send(argv[1], int(argv[2]), float(argv[3]), *(int(a) for a in argv[4:5]))
     elif argv[:1] == ["cleanup"] and len(argv) == 2:
         errs = cleanup_prefix(argv[1])
         print("\n".join(errs) or "clean")
@@ -404,10 +520,13 @@ if __name__ == "__main__":
     sys.exit(main())
 
 
-def open_env(nproc: int, rate_bits, delay, log=None, ranks_per_node: int = 1) -> "NetEnv":
-    """The CLI's entry: a NetEnv for `nproc` ranks, or a clean exit saying what is missing."""
+def open_env(nproc: int, net, log=None, ranks_per_node: int = 1) -> "NetEnv":
+    """The CLI's entry: a NetEnv for `nproc` ranks on the link `net` (a common.NetSpec), or a
+    clean exit saying what is missing."""
     try:
         check_prereqs()
+        if net.link == "tun" or (net.link == "auto" and (net.delay > 0 or net.loss > 0)):
+            wanlink_path()
     except NetSetupError as e:
         raise SystemExit(f"ringzip-bench: {e}") from None
-    return NetEnv(nproc, rate_bits, delay, log=log, ranks_per_node=ranks_per_node)
+    return NetEnv(nproc, net.rate, net.delay, log=log, ranks_per_node=ranks_per_node, loss=net.loss, link=net.link)

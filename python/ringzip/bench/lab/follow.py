@@ -17,7 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from ..common import cpu_model, default_results_dir, log, parse_rate_bits, parse_size
+from ..common import NetSpec, cpu_model, default_results_dir, log, parse_rate_bits, parse_size
 from ..rank import Events, join, leave, load_spec
 
 
@@ -40,7 +40,7 @@ def run(args) -> int:
     spec = {"size": parse_size(args.size), "calls": args.calls, "switch_at": args.switch_at, "codec": args.codec}
     calls: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="ringzip-follow-") as tmp, \
-            open_env(args.nproc, parse_rate_bits(args.rate_from), 0.0, log=log) as net:
+            open_env(args.nproc, NetSpec(parse_rate_bits(args.rate_from)), log=log) as net:
         spec["events"], spec["flag"] = f"{tmp}/events.jsonl", f"{tmp}/switched"
         Path(f"{tmp}/spec.json").write_text(json.dumps(spec))
 

@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 from . import grid_report
-from ..common import (cpu_model, default_results_dir, fmt_bytes, header_lines, log, parse_rate_bits, parse_size,
+from ..common import (NetSpec, cpu_model, default_results_dir, fmt_bytes, header_lines, log, parse_rate_bits, parse_size,
                      split_list, versions)
 from ..plan import configs
 
@@ -124,7 +124,7 @@ def _cell_rows(args, sizes, rate, n, link) -> list[dict]:
     if rate:
         from ..netem import open_env
 
-        net_ctx = open_env(n, rate, 0.0, log=log)
+        net_ctx = open_env(n, NetSpec(rate), log=log)
     with tempfile.TemporaryDirectory(prefix="ringzip-grid-") as tmp:
         spec["events"] = f"{tmp}/events.jsonl"
         Path(f"{tmp}/spec.json").write_text(json.dumps(spec))

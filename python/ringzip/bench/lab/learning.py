@@ -119,7 +119,7 @@ def summarize(run: list[dict], gloo_median: float | None) -> dict:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("-n", "--nproc", type=int, default=3)
-    p.add_argument("--net", default="1gbit", help="emulated link RATE[,DELAY], one namespace per rank")
+    p.add_argument("--net", default="1gbit", help="emulated link RATE[,DELAY[,LOSS]][,LINK], one namespace per rank")
     p.add_argument("--size", default="48M")
     p.add_argument("--calls", type=int, default=30)
     p.add_argument("--rows", default="gloo,ringzip,ringzip:ring")
@@ -138,11 +138,12 @@ def main(argv=None) -> int:
     from ..launch import Launcher, log_tail
     from ..netem import open_env
 
-    rate, delay = parse_net(args.net)
+    spec = parse_net(args.net)
+    rate = spec.rate
     rows = args.rows.split(",")
     series: dict[str, list[list[dict]]] = {r: [] for r in rows}
     tuner: dict[str, list[dict]] = {}  # per ringzip row and run: the tuner's summary at the end (DDP rows)
-    with open_env(args.nproc, rate, delay, log=log) as net:
+    with open_env(args.nproc, spec, log=log) as net:
         for rnd in range(args.repeat):
             for row in rows:
                 with tempfile.TemporaryDirectory(prefix="ringzip-learning-") as tmp:

@@ -29,7 +29,7 @@ PORT = 29498  # netem's goodput probe uses 29499, the ranks' store 29500
 
 
 def add_arguments(p) -> None:
-    p.add_argument("--net", required=True, help="emulated link RATE[,DELAY], e.g. 1gbit (needs root)")
+    p.add_argument("--net", required=True, help="emulated link RATE[,DELAY[,LOSS]][,LINK], e.g. 1gbit (needs root)")
     p.add_argument("-n", "--nproc", type=int, default=4, help="ranks (one namespace each)")
     p.add_argument("--mib", type=float, default=16.0, help="MiB each rank sends to each of its n-1 peers (all-to-all); "
                    "the ring sends (n-1) times this to its neighbour")
@@ -41,11 +41,12 @@ def run(args) -> int:
     from ..common import cpu_model, log, parse_net
     from ..netem import open_env
 
-    rate, delay = parse_net(args.net)
+    spec = parse_net(args.net)
+    rate = spec.rate
     if args.nproc < 2 or args.repeat < 1 or args.mib <= 0:
         raise ValueError("linkcheck needs -n >= 2, --repeat >= 1 and --mib > 0")
     rounds = {p: [] for p in PATTERNS}
-    with open_env(args.nproc, rate, delay, log=log) as env:
+    with open_env(args.nproc, spec, log=log) as env:
         for _ in range(args.repeat):
             for pattern in PATTERNS:
                 rounds[pattern].append(_round(env, args.nproc, pattern, args.mib, rate))

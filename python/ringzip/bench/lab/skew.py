@@ -82,10 +82,11 @@ def main(argv=None) -> int:
     from ..launch import Launcher, log_tail
     from ..netem import open_env
 
-    rate, delay = parse_net(args.net)
+    spec = parse_net(args.net)
+    rate = spec.rate
     count = parse_size(args.size) // 4
     rows = []
-    with open_env(args.nproc, rate, delay, log=log) as net:
+    with open_env(args.nproc, spec, log=log) as net:
         for codec in args.codecs.split(","):
             for mode in ("loop", "barrier"):
                 with tempfile.TemporaryDirectory(prefix="ringzip-skew-") as tmp:

@@ -34,7 +34,7 @@ def add_arguments(p) -> None:
     p.add_argument("--hidden", type=int, default=512)
     p.add_argument("--lr", type=float, help="default: 0.05 (synthetic) or the task's")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--net", help="emulated link RATE[,DELAY] (root)")
+    p.add_argument("--net", help="emulated link RATE[,DELAY[,LOSS]][,LINK] (root)")
     p.add_argument("--json", help="write the rows here")
     p.add_argument("--row-timeout", type=float, help="seconds without a finished row before the ranks count as "
                                                      "hung; default 300 (synthetic), 900 (tasks)")
