@@ -93,6 +93,7 @@ struct Packet {
   size_t len = 0;  // bytes in buf
   int dst = -1;
   int64_t wire = 0;  // bytes the packet stands for on an Ethernet link
+  size_t segs = 1;   // the MTU-sized packets it stands for (>1: a TCP segment that can be split)
 };
 
 struct Event {
@@ -155,17 +156,12 @@ class Link {
   int64_t wire_time(int64_t wire) const {
     return cfg_.rate_bits > 0 ? int64_t(double(wire) * 8e9 / cfg_.rate_bits) : 0;
   }
-  // Takes a packet through a link that is free from *free on: false when its queue is full.
-  bool through(int64_t* free, int64_t at, int64_t wire, int64_t* leaves) {
-    int64_t start = std::max(at, *free);
-    if (start - at > int64_t(cfg_.queue_s * 1e9)) return false;
-    *leaves = *free = start + wire_time(wire);
-    return true;
-  }
+  template <class Leave>
+  void enqueue(int64_t* free, int64_t at, Packet* p, Leave&& leave);
   void read_device(int src, int64_t now);
   void admit(int src, Packet* p, int64_t now);
   void uplink(int src, Packet* p, int64_t now);
-  void split_lost(int src, Packet* p, int64_t now, const std::vector<bool>& lost);
+  std::vector<Packet*> split(Packet* p, const std::vector<bool>& keep);
   void process(const Event& e, int64_t now);
   void command(const char* line);
   Packet* take();
@@ -268,49 +264,73 @@ void Link::admit(int src, Packet* p, int64_t now) {
   size_t ip_len = p->len - off, ihl = 0, thl = 0, segs = 1;
   virtio_net_hdr vh{};
   if (cfg_.gso) memcpy(&vh, p->buf.data(), kHdr);
-  bool gso = cfg_.gso && vh.gso_type != VIRTIO_NET_HDR_GSO_NONE && vh.gso_size > 0;
+  const bool gso = cfg_.gso && vh.gso_type != VIRTIO_NET_HDR_GSO_NONE && vh.gso_size > 0;
   if (gso && tcp4_headers(ip, ip_len, &ihl, &thl)) {
     size_t payload = ip_len - ihl - thl;
     segs = std::max<size_t>(1, (payload + vh.gso_size - 1) / vh.gso_size);
     p->wire = int64_t(payload + segs * (ihl + thl + kEthernet));
   } else {
-    gso = false;
     p->wire = int64_t(ip_len + kEthernet);
   }
+  p->segs = segs;
   ++c_.packets;
   c_.bytes += ip_len;
   if (cfg_.loss > 0) {
-    std::vector<bool> lost(segs);
+    std::vector<bool> keep(segs);
     size_t nlost = 0;
-    for (size_t i = 0; i < segs; ++i) nlost += (lost[i] = rng_.uniform() < cfg_.loss);
+    for (size_t i = 0; i < segs; ++i) nlost += !(keep[i] = rng_.uniform() >= cfg_.loss);
     c_.lost += nlost;
     if (nlost == segs) {
       give(p);
       return;
     }
     if (nlost) {
-      split_lost(src, p, now, lost);
+      for (Packet* q : split(p, keep)) uplink(src, q, now);
       return;
     }
   }
   uplink(src, p, now);
 }
 
-// The sender's uplink, then the delay: the packet reaches the receiver's downlink.
-void Link::uplink(int src, Packet* p, int64_t now) {
-  int64_t leaves;
-  if (!through(&m_[src].up_free, now, p->wire, &leaves)) {
-    ++c_.queue_drops;
+// A drop-tail queue that drains at the rate from *free on: a packet enters when it would start
+// within queue_s of arriving, and leaves when its bytes are through. Where a large TCP segment's
+// tail would wait longer, that tail is dropped and its head goes on (what the queue does to
+// the MTU-sized packets it stands for); a packet whose first would wait longer is dropped.
+template <class Leave>
+void Link::enqueue(int64_t* free, int64_t at, Packet* p, Leave&& leave) {
+  const int64_t start = std::max(at, *free), room = int64_t(cfg_.queue_s * 1e9) - (start - at);
+  const int64_t seg_time = std::max<int64_t>(1, wire_time(p->wire / int64_t(p->segs)));
+  const size_t fit = room < 0 ? 0 : std::min(p->segs, size_t(room / seg_time) + 1);
+  if (fit == 0) {
+    c_.queue_drops += p->segs;
     give(p);
     return;
   }
-  c_.wire_bytes += p->wire;
-  events_.push({leaves + int64_t(cfg_.delay_s * 1e9), order_++, p, false});
+  std::vector<Packet*> parts{p};
+  if (fit < p->segs) {
+    c_.queue_drops += p->segs - fit;
+    std::vector<bool> keep(p->segs);
+    std::fill(keep.begin(), keep.begin() + std::ptrdiff_t(fit), true);
+    parts = split(p, keep);
+  }
+  for (Packet* q : parts) {
+    *free = std::max(at, *free) + wire_time(q->wire);
+    leave(q, *free);
+  }
 }
 
-// A TCP segment of several packets lost some of them: the survivors travel on as packets of
-// their own, each with its own headers and checksums (what the sender's NIC would have sent).
-void Link::split_lost(int src, Packet* p, int64_t now, const std::vector<bool>& lost) {
+// The sender's uplink, then the delay: the packet reaches the receiver's downlink.
+void Link::uplink(int src, Packet* p, int64_t now) {
+  enqueue(&m_[src].up_free, now, p, [&](Packet* q, int64_t leaves) {
+    c_.wire_bytes += q->wire;
+    events_.push({leaves + int64_t(cfg_.delay_s * 1e9), order_++, q, false});
+  });
+}
+
+// The packets of a TCP segment that `keep` names, each with its own headers and checksums
+// (what the sender's NIC would have sent); the segment itself is given back.
+std::vector<Packet*> Link::split(Packet* p, const std::vector<bool>& keep) {
+  std::vector<Packet*> out;
   virtio_net_hdr vh;
   memcpy(&vh, p->buf.data(), kHdr);
   const uint8_t* ip = p->buf.data() + kHdr;
@@ -323,7 +343,7 @@ void Link::split_lost(int src, Packet* p, int64_t now, const std::vector<bool>& 
   uint16_t id0 = uint16_t(ip[4] << 8 | ip[5]);
   ++c_.split;
   for (size_t i = 0, off = 0; off < payload; ++i, off += mss) {
-    if (lost[i]) continue;
+    if (!keep[i]) continue;
     size_t n = std::min(mss, payload - off);
     bool last = off + n == payload;
     Packet* q = take();
@@ -355,22 +375,18 @@ void Link::split_lost(int src, Packet* p, int64_t now, const std::vector<bool>& 
     q->len = kHdr + hl + n;
     q->dst = p->dst;
     q->wire = int64_t(hl + n + kEthernet);
-    uplink(src, q, now);
+    q->segs = 1;
+    out.push_back(q);
   }
   give(p);
+  return out;
 }
 
 void Link::process(const Event& e, int64_t now) {
   Packet* p = e.pkt;
   Machine& dst = m_[p->dst];
   if (!e.delivered) {  // reached the receiver's downlink
-    int64_t leaves;
-    if (!through(&dst.down_free, e.at, p->wire, &leaves)) {
-      ++c_.queue_drops;
-      give(p);
-      return;
-    }
-    events_.push({leaves, order_++, p, true});
+    enqueue(&dst.down_free, e.at, p, [&](Packet* q, int64_t leaves) { events_.push({leaves, order_++, q, true}); });
     return;
   }
   if (write(dst.fd, p->buf.data(), p->len) < 0) ++c_.write_errors;
