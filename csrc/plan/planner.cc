@@ -88,8 +88,9 @@ Plan Planner::plan(const Call& call) const {
     cc.codec = call_codecs.back();
     parse_codec(cc);
   }
-  p.compressed = call.may_compress && call.kind != CallKind::Reduce && cc.enabled() && floating(call.dtype) &&
-                 summing(call.op) && call.numel >= cc.min_numel;
+  // A group of one rank has nothing to exchange: its reductions are the identity, exactly.
+  p.compressed = size_ > 1 && call.may_compress && call.kind != CallKind::Reduce && cc.enabled() &&
+                 floating(call.dtype) && summing(call.op) && call.numel >= cc.min_numel;
   if (p.compressed) {
     // Under torch.use_deterministic_algorithms(True), codec="auto" runs its named codec: the
     // tuner's choice between codecs rests on measured times and would change the bits run to run.
