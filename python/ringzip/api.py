@@ -165,8 +165,9 @@ def _pack(group, calls, residuals, model) -> dict:
     return {
         "version": STATE_VERSION,
         "codec_version": int(_C.codec.codec_version),
-        "rank": dist.get_rank(group),
-        "world_size": dist.get_world_size(group),
+        # the backend's own: a group that torch's registry does not know (torchft's) has them too
+        "rank": backend_of(group).rank(),
+        "world_size": backend_of(group).size(),
         "calls": int(calls),
         "residuals": [(int(slot), r) for slot, _, r in residuals],
         "awaiting": [int(slot) for slot, bound, _ in residuals if bound],
@@ -178,10 +179,8 @@ def _hook_of(group, model):
     """The ringzip.hooks.State of `model` (a DDP module) when its buckets travel through
     ringzip.hooks.compress: then the state and its replay belong to the hook's group, which is
     not DDP's process group when that one is gloo, and the replay must run inside that hook."""
-    from . import hooks
-
     for fn, st in getattr(model, "_comm_hooks", ()):
-        if fn is hooks.compress:
+        if getattr(fn, "ringzip_hook", False):  # hooks.compress (hooks imports this module, not the reverse)
             if group is not None and st.group is not None and group is not st.group:
                 raise ValueError("ringzip: model's buckets travel through ringzip.hooks.compress on another group than "
                                  "group=; leave group out (the hook's group is the one that holds the state)")
@@ -228,7 +227,8 @@ def _checked(group, state) -> list:
             f"encodes with version {_C.codec.codec_version} (stochastic rounding draws other bits): the residuals "
             "are loaded and training continues correctly, but not bit for bit as the saving run would have",
             stacklevel=3)
-    rank, size = dist.get_rank(group), dist.get_world_size(group)
+    b = backend_of(group)
+    rank, size = b.rank(), b.size()
     if state["rank"] != rank or state["world_size"] != size:
         raise ValueError(
             f"ringzip.load_error_feedback_state: the state was saved by rank {state['rank']} of {state['world_size']}, "

@@ -152,6 +152,9 @@ def compress(state: State, bucket: dist.GradBucket) -> torch.futures.Future[torc
     return fut.then(lambda f: f.value()[0])
 
 
+compress.ringzip_hook = True  # how api finds this hook's State on a DDP module
+
+
 @functools.cache
 def _outside_graph(fn):
     # torch.compiler.disable imports torch._dynamo (seconds): only compiled autograd needs it.
