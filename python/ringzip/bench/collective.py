@@ -200,7 +200,7 @@ def run(args) -> int:
             "time_budget_s": float(opt["time_budget"]) or None, "threads": args.threads,
             "ringzip_options": parse_key_values(args.ropt), "timeout_s": max(60.0, args.row_timeout),
             "repeat": max(1, int(opt["repeat"])), "nodes": nodes,
-            "link_gbit": rate_bits / 1e9 if rate_bits else None}
+            "link_gbit": rate_bits / 1e9 if rate_bits else None, "delay_s": net.delay}
     link_desc = fmt_rate(rate_bits) if not net_arg else f"--net {net_arg}"
     extra = {"command": "ringzip-bench " + shlex.join(getattr(args, "argv", None) or []),
              **({"machines": f"{nodes} emulated nodes x {per_node} ranks: a network namespace and one NIC per node, "
@@ -240,7 +240,10 @@ def run(args) -> int:
                 net_ctx.__enter__()
             try:
                 if net_ctx is not None and net_ctx.nnodes >= 2:
-                    gp = net_ctx.measure_goodput()
+                    # a long link holds one connection to its send buffer per round trip: the
+                    # link's own goodput takes several, for longer (slow start)
+                    long_link = net_ctx.delay_s > 0
+                    gp = net_ctx.measure_goodput(seconds=3.0 if long_link else 1.5, streams=8 if long_link else 1)
                     header["tcp_goodput_gbit"] = gp / 1e9
                     header["tcp_cpu_ns_per_byte"] = net_ctx.cpu_ns_per_byte  # what the simulator charges shared cores
                     link_desc += f" ({net_ctx.describe()}; measured TCP goodput {gp / 1e9:.3f} Gbit/s)"

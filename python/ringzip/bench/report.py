@@ -132,7 +132,7 @@ def legend(rows) -> list[str]:
                      "codec between nodes); vsflat = time of the flat row of the same codec / time")
     if any(r.get("link_gbit") for r in rows):
         lines.append("# floor = busfactor * S / (r * B) with B the configured link rate (with --nodes: busfactor "
-                     "over the N node NICs); eff = floor / time")
+                     "over the N node NICs), plus one round trip (2 x DELAY) on a link with a delay; eff = floor / time")
     return lines
 
 

@@ -323,7 +323,8 @@ def combine(spec, item, case: OpCase, results: list[dict], n: int) -> dict:
     # With emulated nodes the shaped links are the node NICs: the floor is that of N endpoints.
     endpoints = spec.get("nodes") or n
     if link and ratio and endpoints > 1:
-        floor = bus_factor(op, endpoints) * size / (ratio * link * 1e9 / 8)
+        # a link with a round trip: the bytes, then one round trip (the fewest any exchange needs)
+        floor = bus_factor(op, endpoints) * size / (ratio * link * 1e9 / 8) + 2 * spec.get("delay_s", 0.0)
         row["floor_us"] = floor * 1e6
         row["efficiency"] = floor / t
     return row
