@@ -20,6 +20,9 @@ namespace ringzip {
 
 // Below this many elements (256 KiB of float32) compression loses to exact (bench/results).
 constexpr int64_t kMinNumel = 65536;
+// TCP connections to each peer (transport/gloo/): one carries its send buffer per round trip
+// (4 MiB by default), 8 fill 1 Gbit/s at a 200 ms round trip or 2.5 Gbit/s at 100 ms.
+constexpr int64_t kConnections = 8, kMaxConnections = 64;
 
 struct GroupOptions {
   std::optional<std::chrono::milliseconds> timeout;  // none: the group's
@@ -32,6 +35,7 @@ struct GroupOptions {
   std::optional<bool> error_feedback;  // none: on for biased codecs
   uint64_t seed = 0;
   std::string transport = "auto";  // read where the group is built (python/ringzip/_registry.py)
+  int64_t connections = kConnections;  // so is this
   std::string hierarchy = "auto";
   std::string check = "auto";
 };

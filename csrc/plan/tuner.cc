@@ -246,6 +246,7 @@ void Tuner::agree(Comm& c, const std::vector<CodecCandidate>* candidates) {
   auto agreed_or = [](double x, double before) { return std::isnan(x) ? before : x; };  // none measured: as before
   link_ = cost::Link{agreed_or(v[0], link_.alpha), agreed_or(v[1], link_.inv_bw), v[2], agreed_or(v[5], link_.inv_host),
                      v[kCall], v[kLaunch]};
+  c.net.set_round_trip(2 * link_.alpha);  // every rank at this call, from the same bits
   codec_scale_agreed_ = v[3];
   refresh_seconds_ = v[6];
   calibrate_ = v[4] == 0;  // a rank with injected figures: the model alone decides

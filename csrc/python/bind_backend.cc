@@ -101,7 +101,7 @@ void bind_backend(py::module_& m) {
       py::arg("build"),
       "the builder of split()'s child backends: (store, rank, size, timeout, group_name, the parent's options)");
   py::class_<RingzipBackend, c10d::Backend, NoGilPtr<RingzipBackend>>(m, "RingzipBackend")
-      .def(py::init([](const c10::intrusive_ptr<c10d::Backend>& gloo, std::chrono::milliseconds timeout,
+      .def(py::init([](const std::vector<c10::intrusive_ptr<c10d::Backend>>& gloo, std::chrono::milliseconds timeout,
                        const std::string& group_name) {
              Config cfg;
              cfg.timeout = timeout;

@@ -54,6 +54,10 @@ class Transport {
   virtual void abort() {}
   // Releases connections and threads (group shutdown); later posts throw.
   virtual void close() {}
+  // The group's round trip as its ranks agreed it (plan/tuner.cc, at every refresh of the cost
+  // model's figures, at the same call on every rank): a transport whose connections are held to
+  // a window per round trip sizes its parallelism by it (transport/gloo/).
+  virtual void set_round_trip(double seconds) {}
   // The transport's own collectives (NCCL's), or null (host transports).
   virtual NativeCollectives* native() { return nullptr; }
   // A hand-off between threads of one rank inside a schedule (the node-aware pipeline): point

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import warnings
 from datetime import timedelta
@@ -103,7 +104,10 @@ def _build(group_store, rank: int, size: int, timeout, group_name: str, opts: Op
         timeout = timedelta(seconds=float(timeout))
     # The transport gets its own corner of the group's store, so it never meets other backends' keys.
     store = PrefixStore("ringzip/transport/", group_store)
-    gloo = dist.ProcessGroupGloo(store, rank, size, timeout)
+    gloo = [dist.ProcessGroupGloo(store, rank, size, timeout)]
+    connections = _agreed_connections(group_store, rank, size, opts.connections)
+    gloo += [_lazy_gloo(PrefixStore(f"ringzip/transport/{i}/", group_store), rank, size, timeout)
+             for i in range(1, connections)]
     backend = _C.RingzipBackend(gloo, timeout, group_name)
     node_of = _topology.node_of_ranks(PrefixStore("ringzip/topology/", group_store), rank, size)
     # Shared memory among the ranks of this node (CPU tensors): its rendezvous finds every rank of
@@ -122,6 +126,34 @@ def _build(group_store, rank: int, size: int, timeout, group_name: str, opts: Op
     backend.enable_mismatch_watch(PrefixStore("ringzip/watch/", group_store))
     _maybe_enable_cuda(backend, group_store, opts)
     return backend
+
+
+def _agreed_connections(store, rank: int, size: int, wanted: int) -> int:
+    """Options.connections as rank 0 has it: both ends of a message must cut it into as many
+    stripes (a rank that differs warns and follows). 1 where there is no peer."""
+    if size == 1:
+        return 1
+    if rank == 0:
+        store.set("ringzip/connections", str(wanted))
+    agreed = int(store.get("ringzip/connections"))
+    if agreed != wanted:
+        warnings.warn(f"ringzip: Options(connections={wanted}) on rank {rank}, but rank 0 of the group has "
+                      f"{agreed}; the group uses {agreed}", stacklevel=4)
+    return agreed
+
+
+def _lazy_gloo(store, rank: int, size: int, timeout: timedelta):
+    """A ProcessGroupGloo whose connections open at their first message (one of the transport's
+    extra connections to each peer): on the interface torch's own would take (GLOO_SOCKET_IFNAME,
+    else the host name's address), one worker thread (it carries only send and recv)."""
+    ifname = os.environ.get("GLOO_SOCKET_IFNAME", "").split(",")[0].strip()
+    gloo = dist.ProcessGroupGloo
+    device = gloo.create_device(interface=ifname, lazy_init=True) if ifname else gloo.create_default_device(lazy_init=True)
+    opts = gloo._Options()  # noqa: SLF001
+    opts._devices = [device]  # noqa: SLF001
+    opts._timeout = timeout  # noqa: SLF001
+    opts._threads = 1  # noqa: SLF001
+    return gloo(store, rank, size, opts)
 
 
 def _maybe_enable_cuda(backend, store, opts: Options) -> None:

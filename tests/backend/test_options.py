@@ -51,6 +51,8 @@ BAD = [
     ("bucket_size", 0, ValueError, "bucket_size"),
     ("min_numel", -1, ValueError, "min_numel"),
     ("topk_block", -1, ValueError, "topk_block"),
+    ("connections", 0, ValueError, "connections must be in 1..64"),
+    ("connections", 65, ValueError, "connections"),
     ("seed", -1, ValueError, "seed"),
     ("seed", True, TypeError, "seed"),
     ("bucket_size", "512", TypeError, "bucket_size"),
@@ -83,7 +85,7 @@ def test_every_algorithm_name_of_either_family_is_accepted():
 def _custom():
     return ringzip.Options(timeout=datetime.timedelta(seconds=7), algorithm="sra", codec="auto:q8", bucket_size=256,
                            rounding="nearest", min_numel=9, topk_block=0, error_feedback=False, seed=5,
-                           transport="gloo", hierarchy="flat", check="on")
+                           transport="gloo", connections=3, hierarchy="flat", check="on")
 
 
 def test_values_survive_cpp_pickle_copy_and_replace():

@@ -2,6 +2,8 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
+
 namespace ringzip {
 namespace {
 
@@ -15,67 +17,126 @@ class GlooRequest final : public Request {
   c10::intrusive_ptr<c10d::Work> work_;
 };
 
+// A message travelling as stripes: done when every stripe is, within one deadline.
+class StripedRequest final : public Request {
+ public:
+  StripedRequest(std::vector<std::unique_ptr<Request>> parts, int peer) : parts_(std::move(parts)), peer_(peer) {}
+  void wait(std::chrono::milliseconds timeout) override {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    for (auto& p : parts_) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      p->wait(std::max(left, std::chrono::milliseconds(1)));  // 0 would mean Gloo's own default
+    }
+  }
+  int source() const override { return peer_; }
+
+ private:
+  std::vector<std::unique_ptr<Request>> parts_;
+  int peer_;
+};
+
 std::vector<at::Tensor> as_bytes(const void* data, size_t bytes) {
   return {at::from_blob(const_cast<void*>(data), {static_cast<int64_t>(bytes)}, at::TensorOptions().dtype(at::kByte))};
 }
 
+constexpr uint32_t kCollectiveTags = 1u << 30;  // collective/comm.h: user tags lie below
+
 }  // namespace
 
-GlooTransport::GlooTransport(c10::intrusive_ptr<c10d::Backend> gloo)
-    : gloo_(std::move(gloo)), rank_(gloo_->getRank()), size_(gloo_->getSize()) {}
-
-c10::intrusive_ptr<c10d::Backend> GlooTransport::live() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  TORCH_CHECK(gloo_, "ringzip: the gloo transport was closed (process group shut down)");
-  return gloo_;
+GlooTransport::GlooTransport(std::vector<c10::intrusive_ptr<c10d::Backend>> pool)
+    : pool_(std::move(pool)), pool_size_(pool_.size()) {
+  TORCH_CHECK(!pool_.empty() && pool_[0], "ringzip: the gloo transport needs at least one ProcessGroupGloo");
+  rank_ = pool_[0]->getRank();
+  size_ = pool_[0]->getSize();
+  used_ = std::make_unique<std::atomic<bool>[]>(pool_size_);
+  used_[0] = true;  // connected at creation
+  for (size_t i = 1; i < pool_size_; ++i) {
+    TORCH_CHECK(pool_[i] && pool_[i]->getRank() == rank_ && pool_[i]->getSize() == size_,
+                "ringzip: the gloo transport's pool holds groups of different ranks or sizes");
+    used_[i] = false;
+  }
 }
 
-// Drops our reference to the ProcessGroupGloo: its threads and sockets go when the last
-// request that still references its context (a user's unfinished P2P work) is gone.
+c10::intrusive_ptr<c10d::Backend> GlooTransport::live(size_t i) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  TORCH_CHECK(!pool_.empty(), "ringzip: the gloo transport was closed (process group shut down)");
+  return pool_[i];
+}
+
+// Drops our references to the ProcessGroupGloos: their threads and sockets go when the last
+// request that still references their contexts (a user's unfinished P2P work) is gone.
 void GlooTransport::close() {
-  c10::intrusive_ptr<c10d::Backend> g;
+  std::vector<c10::intrusive_ptr<c10d::Backend>> pool;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    g = std::move(gloo_);
+    pool.swap(pool_);
   }
+}
+
+size_t GlooTransport::stripes(size_t bytes, uint32_t tag) const {
+  if (tag < kCollectiveTags || pool_size_ < 2 || !long_) return 1;
+  return std::clamp<size_t>(bytes / kStripeMin, 1, pool_size_);
+}
+
+std::unique_ptr<Request> GlooTransport::post(Post how, const void* data, size_t bytes, int peer, uint32_t tag) {
+  const size_t k = stripes(bytes, tag);
+  if (k == 1) {
+    auto tensors = as_bytes(data, bytes);
+    return std::make_unique<GlooRequest>(((*live(0)).*how)(tensors, peer, static_cast<int>(tag)));
+  }
+  std::vector<std::unique_ptr<Request>> parts;
+  parts.reserve(k);
+  const char* p = static_cast<const char*>(data);
+  for (size_t i = 0, begin = 0; i < k; ++i) {
+    const size_t len = bytes / k + (i < bytes % k ? 1 : 0);
+    used_[i] = true;
+    auto tensors = as_bytes(p + begin, len);
+    parts.push_back(std::make_unique<GlooRequest>(((*live(i)).*how)(tensors, peer, static_cast<int>(tag))));
+    begin += len;
+  }
+  return std::make_unique<StripedRequest>(std::move(parts), peer);
 }
 
 std::unique_ptr<Request> GlooTransport::isend(const void* data, size_t bytes, int peer, uint32_t tag) {
   if (bytes == 0) return std::make_unique<DoneRequest>();
-  auto tensors = as_bytes(data, bytes);
-  return std::make_unique<GlooRequest>(live()->send(tensors, peer, static_cast<int>(tag)));
+  return post(&c10d::Backend::send, data, bytes, peer, tag);
 }
 
 std::unique_ptr<Request> GlooTransport::irecv(void* data, size_t bytes, int peer, uint32_t tag) {
   if (bytes == 0) return std::make_unique<DoneRequest>(peer);
-  auto tensors = as_bytes(data, bytes);
-  return std::make_unique<GlooRequest>(live()->recv(tensors, peer, static_cast<int>(tag)));
+  return post(&c10d::Backend::recv, data, bytes, peer, tag);
 }
 
 std::unique_ptr<Request> GlooTransport::irecv_any(void* data, size_t bytes, uint32_t tag) {
   auto tensors = as_bytes(data, bytes);
-  return std::make_unique<GlooRequest>(live()->recvAnysource(tensors, static_cast<int>(tag)));
+  return std::make_unique<GlooRequest>(live(0)->recvAnysource(tensors, static_cast<int>(tag)));
 }
 
 // Gloo has no "close" call for a group, but a receive that times out makes its context signal
 // every pair, which closes all sockets (gloo/transport/tcp/unbound_buffer.cc): no transfer can
 // land in memory afterwards and each peer sees "connection closed" at once. So abort posts a
-// receive under a tag nobody sends (step 0xFFFF is never used by an algorithm) and waits 1 ms.
-// A pair that is already closed refuses the post; try the next peer.
+// receive under a tag nobody sends (step 0xFFFF is never used by an algorithm) and waits 1 ms,
+// on every member of the pool that has connections (a lazily connected one that never carried
+// a stripe has none, and a receive there would first try to connect).
 void GlooTransport::abort() {
   std::call_once(aborted_, [&] {
-    constexpr int kPoisonTag = static_cast<int>((1u << 31) - 1);
-    for (int i = 1; i < size_; ++i) {
-      try {
-        poison_.push_back(at::empty({1}, at::TensorOptions().dtype(at::kByte)));
-        std::vector<at::Tensor> t{poison_.back()};
-        poison_work_.push_back(live()->recv(t, (rank_ + i) % size_, kPoisonTag));
-        poison_work_.back()->wait(std::chrono::milliseconds(1));
-      } catch (...) {
-        continue;  // timed out (all pairs now closed) or this pair was closed already
-      }
-    }
+    for (size_t i = 0; i < pool_size_; ++i)
+      if (used_[i]) poison(i);
   });
+}
+
+void GlooTransport::poison(size_t m) {
+  constexpr int kPoisonTag = static_cast<int>((1u << 31) - 1);
+  for (int i = 1; i < size_; ++i) {
+    try {
+      poison_.push_back(at::empty({1}, at::TensorOptions().dtype(at::kByte)));
+      std::vector<at::Tensor> t{poison_.back()};
+      poison_work_.push_back(live(m)->recv(t, (rank_ + i) % size_, kPoisonTag));
+      poison_work_.back()->wait(std::chrono::milliseconds(1));
+    } catch (...) {
+      continue;  // timed out (all pairs now closed) or this pair was closed already
+    }
+  }
 }
 
 }  // namespace ringzip

@@ -1,9 +1,15 @@
 #pragma once
-// CPU transport: byte messages through torch's own ProcessGroupGloo (its send/recv),
-// which the Python creator builds on a prefix of the group's store.
+// CPU transport: byte messages through torch's own ProcessGroupGloo (its send/recv), which the
+// Python creator builds on a prefix of the group's store: a pool of them, each with its own TCP
+// connection to every peer. One connection keeps at most its send buffer in flight per round
+// trip (4 MiB by default: ~330 Mbit/s at 100 ms), so a collective's large message travels as
+// stripes, one per connection, reassembled in place (docs/design.md, "Filling a long link").
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 
+#include <atomic>
+#include <memory>
 #include <mutex>
+#include <vector>
 
 #include "transport/transport.h"
 
@@ -11,7 +17,9 @@ namespace ringzip {
 
 class GlooTransport final : public Transport {
  public:
-  explicit GlooTransport(c10::intrusive_ptr<c10d::Backend> gloo);
+  // pool[0] carries every message that is not striped (user point-to-point, receives from any
+  // source, collective messages under 2 x kStripeMin); every rank must hold as many.
+  explicit GlooTransport(std::vector<c10::intrusive_ptr<c10d::Backend>> pool);
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   std::string name() const override { return "gloo"; }
@@ -20,12 +28,32 @@ class GlooTransport final : public Transport {
   std::unique_ptr<Request> irecv_any(void* data, size_t bytes, uint32_t tag) override;
   void abort() override;
   void close() override;
+  // Stripes only where the agreed round trip is long: on a short one a connection is not held
+  // back by its window, and more of them only cost (3 % more time for a 64 MiB exact all-reduce
+  // at 1 Gbit/s without delay, docs/performance.md). Until the ranks agree on one, messages are
+  // striped (calls that never consult the cost model still fill a long link).
+  void set_round_trip(double seconds) override { long_ = seconds >= kLongRoundTrip; }
+  static constexpr double kLongRoundTrip = 5e-3;  // where a 4 MiB window carries 6.7 Gbit/s
+
+  // Stripes are at least this long: below it a connection's per-message cost outweighs what
+  // a second window adds.
+  static constexpr size_t kStripeMin = 512 << 10;
+  // How many connections a message of `bytes` under `tag` travels over (both ends compute it
+  // from what both know: the size, the tag and the pool).
+  size_t stripes(size_t bytes, uint32_t tag) const;
+  size_t connections() const { return pool_size_; }
 
  private:
-  c10::intrusive_ptr<c10d::Backend> live() const;  // throws once closed
+  using Post = c10::intrusive_ptr<c10d::Work> (c10d::Backend::*)(std::vector<at::Tensor>&, int, int);
+  std::unique_ptr<Request> post(Post how, const void* data, size_t bytes, int peer, uint32_t tag);
+  c10::intrusive_ptr<c10d::Backend> live(size_t i) const;  // throws once closed
+  void poison(size_t i);
 
   mutable std::mutex mu_;
-  c10::intrusive_ptr<c10d::Backend> gloo_;
+  std::vector<c10::intrusive_ptr<c10d::Backend>> pool_;
+  size_t pool_size_;
+  std::unique_ptr<std::atomic<bool>[]> used_;
+  std::atomic<bool> long_{true};  // connections of lazily connected members exist
   int rank_;
   int size_;
   std::once_flag aborted_;
