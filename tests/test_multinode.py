@@ -45,12 +45,16 @@ def _kill(procs):
         p.wait()
 
 
-def test_torchrun_two_machines(tmp_path):
+@pytest.mark.parametrize("delay_s", [0.0, 0.01], ids=["veth", "wan-rtt-20ms"])
+def test_torchrun_two_machines(tmp_path, delay_s):
     _need_netns()
-    prefix = f"rzm{os.getpid() % 100000}-"
+    if delay_s and (not os.path.exists("/dev/net/tun") or not os.access(os.path.join(PYDIR, "ringzip", "bench", "wanlink"), os.X_OK)):
+        pytest.skip("the wide-area link needs /dev/net/tun and the wanlink program")
+    prefix = f"rzm{os.getpid() % 10000}{int(delay_s * 1e3)}-"
     atexit.register(netem.cleanup_prefix, prefix)  # even if pytest is interrupted between steps
-    # Unshaped: this test is about launching and agreeing, not speed.
-    net = netem.NetEnv(NODES * PER_NODE, None, prefix=prefix, ranks_per_node=PER_NODE, hostnames=True)
+    # Unshaped: this test is about launching and agreeing, not speed. With a delay (the user-space
+    # link), the ranks agree on a round trip where the transport stripes messages over its pool.
+    net = netem.NetEnv(NODES * PER_NODE, None, delay_s, prefix=prefix, ranks_per_node=PER_NODE, hostnames=True)
     env = dict(os.environ, OMP_NUM_THREADS="1",
                PYTHONPATH=os.pathsep.join([PYDIR] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
     procs, logs = [], []

@@ -21,8 +21,9 @@ namespace ringzip {
 // Below this many elements (256 KiB of float32) compression loses to exact (bench/results).
 constexpr int64_t kMinNumel = 65536;
 // TCP connections to each peer (transport/gloo/): one carries its send buffer per round trip
-// (4 MiB by default), 8 fill 1 Gbit/s at a 200 ms round trip or 2.5 Gbit/s at 100 ms.
-constexpr int64_t kConnections = 8, kMaxConnections = 64;
+// (4 MiB by default). One by default: on the emulated 100-200 ms links 8 made exact 64 MiB calls
+// 1.6-1.7x faster but first calls and compressed calls at 200 ms slower (docs/performance.md).
+constexpr int64_t kConnections = 1, kMaxConnections = 64;
 
 struct GroupOptions {
   std::optional<std::chrono::milliseconds> timeout;  // none: the group's

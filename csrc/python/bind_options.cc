@@ -54,10 +54,11 @@ void bind_options(py::module_& m) {
                      "be set up is an error. ``gloo``: everything through Gloo (CUDA tensors host-staged). Fixed when "
                      "the group is created.")
       .def_readwrite("connections", &GroupOptions::connections,
-                     "TCP connections to each peer (CPU traffic between machines, through Gloo). A collective's "
-                     "message of at least 1 MiB travels striped over up to this many, so that a long link is not "
-                     "held to one connection's send buffer per round trip; the extra connections open at their "
-                     "first use. Rank 0's value holds for the whole group (fixed at creation).")
+                     "TCP connections to each peer (CPU traffic between machines, through Gloo; default 1). Where "
+                     "the ranks measured a round trip of 5 ms or more, a collective's message of at least 1 MiB "
+                     "travels striped over up to this many, so that a long link is not held to one connection's "
+                     "send buffer per round trip; all connect when the group is created. Rank 0's value "
+                     "holds for the whole group (fixed at creation).")
       .def_readwrite("hierarchy", &GroupOptions::hierarchy,
                      "``auto`` (node-aware when every node holds the same number of ranks, more than one node and more "
                      "than one rank per node), ``node`` (the same, with a warning and flat calls when the layout does "

@@ -279,10 +279,12 @@ def test_abort_unblocks_a_hung_collective():
 
 # ---------------------------------------------------------------------------- dead peer
 
-def rank_dead_peer(rank, world, tmp, codec, algorithm, numel, victim, op):
+def rank_dead_peer(rank, world, tmp, codec, algorithm, numel, victim, op, transport="auto"):
     before = threads_and_fds()
     init(tmp, rank, world, pg_options=ringzip.Options(codec=codec, algorithm=algorithm, min_numel=0,
-                                                      timeout=timedelta(seconds=20)))
+                                                      timeout=timedelta(seconds=20), transport=transport))
+    if transport == "gloo":  # a long link: large messages striped over the pool of connections
+        ringzip.backend_of()._set_round_trip(0.1)
     x = torch.full((numel,), float(rank + 1))
     _good_allreduce()
     kill_file = os.path.join(tmp, "killed_at")
@@ -346,12 +348,17 @@ DEAD_PEER = [
     ("randomk:0.01", "sparse", 1 << 20, 2, "allreduce"),
     ("fp16", "auto", 1 << 18, 0, "allreduce"),
     ("none", "auto", 1 << 18, 1, "mixed"),
+    # over Gloo's TCP, messages of 4 MiB striped over the pool of connections to each peer
+    ("none", "ring", 1 << 22, 1, "allreduce", "gloo"),
+    ("none", "direct", 1 << 22, 0, "allreduce", "gloo"),
+    ("q8", "sra", 1 << 22, 2, "allreduce", "gloo"),
 ]
 
 
-@pytest.mark.parametrize("codec,algorithm,numel,victim,op", DEAD_PEER)
-def test_dead_peer(codec, algorithm, numel, victim, op):
-    res = launch(rank_dead_peer, WORLD, codec, algorithm, numel, victim, op, timeout=70)
+@pytest.mark.parametrize("case", DEAD_PEER, ids=lambda c: "-".join(map(str, c)))
+def test_dead_peer(case):
+    codec, algorithm, numel, victim, op = case[:5]
+    res = launch(rank_dead_peer, WORLD, *case, timeout=70)
     assert res[victim].status == "killed", res[victim]
     survivors = check_all_ok([r for r in res if r.rank != victim])
     record("dead_peer", codec=codec, algorithm=algorithm, numel=numel, op=op, timeout_s=20,

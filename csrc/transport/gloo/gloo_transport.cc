@@ -48,13 +48,9 @@ GlooTransport::GlooTransport(std::vector<c10::intrusive_ptr<c10d::Backend>> pool
   TORCH_CHECK(!pool_.empty() && pool_[0], "ringzip: the gloo transport needs at least one ProcessGroupGloo");
   rank_ = pool_[0]->getRank();
   size_ = pool_[0]->getSize();
-  used_ = std::make_unique<std::atomic<bool>[]>(pool_size_);
-  used_[0] = true;  // connected at creation
-  for (size_t i = 1; i < pool_size_; ++i) {
-    TORCH_CHECK(pool_[i] && pool_[i]->getRank() == rank_ && pool_[i]->getSize() == size_,
+  for (const auto& member : pool_)
+    TORCH_CHECK(member && member->getRank() == rank_ && member->getSize() == size_,
                 "ringzip: the gloo transport's pool holds groups of different ranks or sizes");
-    used_[i] = false;
-  }
 }
 
 c10::intrusive_ptr<c10d::Backend> GlooTransport::live(size_t i) const {
@@ -89,7 +85,6 @@ std::unique_ptr<Request> GlooTransport::post(Post how, const void* data, size_t 
   const char* p = static_cast<const char*>(data);
   for (size_t i = 0, begin = 0; i < k; ++i) {
     const size_t len = bytes / k + (i < bytes % k ? 1 : 0);
-    used_[i] = true;
     auto tensors = as_bytes(p + begin, len);
     parts.push_back(std::make_unique<GlooRequest>(((*live(i)).*how)(tensors, peer, static_cast<int>(tag))));
     begin += len;
@@ -116,25 +111,23 @@ std::unique_ptr<Request> GlooTransport::irecv_any(void* data, size_t bytes, uint
 // every pair, which closes all sockets (gloo/transport/tcp/unbound_buffer.cc): no transfer can
 // land in memory afterwards and each peer sees "connection closed" at once. So abort posts a
 // receive under a tag nobody sends (step 0xFFFF is never used by an algorithm) and waits 1 ms,
-// on every member of the pool that has connections (a lazily connected one that never carried
-// a stripe has none, and a receive there would first try to connect).
+// on every member of the pool.
 void GlooTransport::abort() {
   std::call_once(aborted_, [&] {
-    for (size_t i = 0; i < pool_size_; ++i)
-      if (used_[i]) poison(i);
+    for (size_t m = 0; m < pool_size_; ++m) poison(m);
   });
 }
 
-void GlooTransport::poison(size_t m) {
+void GlooTransport::poison(size_t member) {
   constexpr int kPoisonTag = static_cast<int>((1u << 31) - 1);
   for (int i = 1; i < size_; ++i) {
     try {
       poison_.push_back(at::empty({1}, at::TensorOptions().dtype(at::kByte)));
       std::vector<at::Tensor> t{poison_.back()};
-      poison_work_.push_back(live(m)->recv(t, (rank_ + i) % size_, kPoisonTag));
+      poison_work_.push_back(live(member)->recv(t, (rank_ + i) % size_, kPoisonTag));
       poison_work_.back()->wait(std::chrono::milliseconds(1));
     } catch (...) {
-      continue;  // timed out (all pairs now closed) or this pair was closed already
+      continue;  // timed out (all of the member's pairs now closed) or this pair was closed already
     }
   }
 }

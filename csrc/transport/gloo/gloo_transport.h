@@ -30,8 +30,8 @@ class GlooTransport final : public Transport {
   void close() override;
   // Stripes only where the agreed round trip is long: on a short one a connection is not held
   // back by its window, and more of them only cost (3 % more time for a 64 MiB exact all-reduce
-  // at 1 Gbit/s without delay, docs/performance.md). Until the ranks agree on one, messages are
-  // striped (calls that never consult the cost model still fill a long link).
+  // at 1 Gbit/s without delay, docs/performance.md). Until the ranks agree on one, messages travel
+  // whole, as over one connection: the cost model's first probe measures the link as it is.
   void set_round_trip(double seconds) override { long_ = seconds >= kLongRoundTrip; }
   static constexpr double kLongRoundTrip = 5e-3;  // where a 4 MiB window carries 6.7 Gbit/s
 
@@ -47,13 +47,12 @@ class GlooTransport final : public Transport {
   using Post = c10::intrusive_ptr<c10d::Work> (c10d::Backend::*)(std::vector<at::Tensor>&, int, int);
   std::unique_ptr<Request> post(Post how, const void* data, size_t bytes, int peer, uint32_t tag);
   c10::intrusive_ptr<c10d::Backend> live(size_t i) const;  // throws once closed
-  void poison(size_t i);
+  void poison(size_t member);
 
   mutable std::mutex mu_;
   std::vector<c10::intrusive_ptr<c10d::Backend>> pool_;
   size_t pool_size_;
-  std::unique_ptr<std::atomic<bool>[]> used_;
-  std::atomic<bool> long_{true};  // connections of lazily connected members exist
+  std::atomic<bool> long_{false};
   int rank_;
   int size_;
   std::once_flag aborted_;
