@@ -21,8 +21,8 @@ namespace ringzip {
 // Below this many elements (256 KiB of float32) compression loses to exact (bench/results).
 constexpr int64_t kMinNumel = 65536;
 // TCP connections to each peer (transport/gloo/): one carries its send buffer per round trip
-// (4 MiB by default). One by default: on the emulated 100-200 ms links 8 made exact 64 MiB calls
-// 1.6-1.7x faster but first calls and compressed calls at 200 ms slower (docs/performance.md).
+// (4 MiB by default). One by default: on emulated 20-200 ms links 8 made exact 64 MiB calls
+// 1.3-2.5x faster, compressed ones no faster (q8 up to 1.6x slower) (docs/performance.md).
 constexpr int64_t kConnections = 1, kMaxConnections = 64;
 
 struct GroupOptions {

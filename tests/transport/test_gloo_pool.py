@@ -81,7 +81,8 @@ def _many_groups(ctx, count):
     dist.init_process_group("gloo", init_method=ctx.init_method, rank=ctx.rank, world_size=ctx.world_size)
     seen = []
     for i in range(count):
-        g = dist.new_group(backend="ringzip", pg_options=ringzip.Options(transport="gloo", algorithm="ring"))
+        g = dist.new_group(backend="ringzip", pg_options=ringzip.Options(transport="gloo", algorithm="ring",
+                                                                         connections=8))
         x = torch.ones(1 << 20)
         ringzip.backend_of(g)._set_round_trip(0.1)
         dist.all_reduce(x, group=g)  # 4 MiB: striped, so every connection of the pool opens
