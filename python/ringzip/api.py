@@ -165,14 +165,24 @@ def _pack(group, calls, residuals, model) -> dict:
     return {
         "version": STATE_VERSION,
         "codec_version": int(_C.codec.codec_version),
-        # the backend's own: a group that torch's registry does not know (torchft's) has them too
-        "rank": backend_of(group).rank(),
-        "world_size": backend_of(group).size(),
+        "rank": _rank_and_size(group)[0],
+        "world_size": _rank_and_size(group)[1],
         "calls": int(calls),
         "residuals": [(int(slot), r) for slot, _, r in residuals],
         "awaiting": [int(slot) for slot, bound, _ in residuals if bound],
         "ddp": _resume.layout_of(model),
     }
+
+
+def _rank_and_size(group) -> tuple[int, int]:
+    """This rank and the group's size: its ringzip backend's own where it has one (a group that
+    torch's registry does not know, torchft's, has them too), else torch's (a DDP group of
+    another backend, whose hook has not made its ringzip group yet)."""
+    try:
+        b = backend_of(group)
+    except ValueError:
+        return dist.get_rank(group), dist.get_world_size(group)
+    return b.rank(), b.size()
 
 
 def _hook_of(group, model):
@@ -227,8 +237,7 @@ def _checked(group, state) -> list:
             f"encodes with version {_C.codec.codec_version} (stochastic rounding draws other bits): the residuals "
             "are loaded and training continues correctly, but not bit for bit as the saving run would have",
             stacklevel=3)
-    b = backend_of(group)
-    rank, size = b.rank(), b.size()
+    rank, size = _rank_and_size(group)
     if state["rank"] != rank or state["world_size"] != size:
         raise ValueError(
             f"ringzip.load_error_feedback_state: the state was saved by rank {state['rank']} of {state['world_size']}, "
