@@ -162,11 +162,12 @@ def _pack(group, calls, residuals, model) -> dict:
     """error_feedback_state's dict; residuals as the backend gives them: (slot, bound, tensor)."""
     from . import _resume
 
+    rank, size = _rank_and_size(group)
     return {
         "version": STATE_VERSION,
         "codec_version": int(_C.codec.codec_version),
-        "rank": _rank_and_size(group)[0],
-        "world_size": _rank_and_size(group)[1],
+        "rank": rank,
+        "world_size": size,
         "calls": int(calls),
         "residuals": [(int(slot), r) for slot, _, r in residuals],
         "awaiting": [int(slot) for slot, bound, _ in residuals if bound],

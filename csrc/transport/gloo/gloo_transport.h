@@ -41,7 +41,6 @@ class GlooTransport final : public Transport {
   // How many connections a message of `bytes` under `tag` travels over (both ends compute it
   // from what both know: the size, the tag and the pool).
   size_t stripes(size_t bytes, uint32_t tag) const;
-  size_t connections() const { return pool_size_; }
 
  private:
   using Post = c10::intrusive_ptr<c10d::Work> (c10d::Backend::*)(std::vector<at::Tensor>&, int, int);
