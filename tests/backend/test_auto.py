@@ -305,8 +305,8 @@ def auto_checks(ctx):
     m = dist.new_group(pg_options=ringzip.Options(codec="auto", min_numel=0))
     e = dist.new_group(pg_options=ringzip.Options(codec="auto", min_numel=0))
     with chk.case("exact_is_measured_at_every_size"):
-        # A size where the model (1 Gbit/s) prices exact 1.4-2.6x the best codec: beyond
-        # exploration's 1.25x, within the tour's 3x. The injected clock says exact takes a fifth
+        # A size where the model (1 Gbit/s) prices exact 1.4-2.6x the best codec; once the
+        # codecs are measured, priced from their median excess, within the tour's 1.5x. The injected clock says exact takes a fifth
         # of every codec's time; exact is the baseline auto must not lose to, so it is run.
         backend_of(m)._tuner_inject(SLOW)  # the model alone: its prices decide
         count = None
@@ -336,9 +336,11 @@ def auto_checks(ctx):
         assert k_away <= 20 and ringzip.stats(e)["auto"]["changes"] > changes, (k_away, ringzip.stats(e)["auto"])
         # Then exact is fast again while it does not run. Once its measurement expires (128
         # calls) it is re-measured like any way: only where its price now lies within 1.2x of
-        # the best. While the link figures still price it beyond (the model at 1 Gbit/s), it
+        # the best. While the link figures price it beyond (the model at 250 Mbit/s: 1.7x here;
+        # at 1 Gbit/s its 1.28x fell within 1.2x under ASan, whose codec speeds differ), it
         # stays out; once they say the link recovered (1 Tbit/s), it is run again and wins.
         backend_of(e)._tuner_inject_times(told)
+        backend_of(e)._tuner_inject((SLOW[0], 4 * GBIT))
         seen = []
         for k in range(140):
             dist.all_reduce(torch.randn(count, generator=torch.Generator().manual_seed(k + rank)), group=e)
