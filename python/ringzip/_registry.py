@@ -177,7 +177,12 @@ def register() -> None:
 
 
 def backend_of(group=None) -> "_C.RingzipBackend":
-    """The ringzip backend of ``group`` (``None``: the default group)."""
+    """The ringzip backend of ``group`` (``None``: the default group; a process group whose
+    members come and go, ringzip.torchft's: its current group's)."""
+    from ._membership import Reconfigurable
+
+    if isinstance(group, Reconfigurable):
+        return group._ringzip_backend()  # noqa: SLF001
     pg = group if group is not None else dist.distributed_c10d._get_default_group()  # noqa: SLF001
     for device in ("cpu", "cuda"):
         try:
@@ -190,4 +195,8 @@ def backend_of(group=None) -> "_C.RingzipBackend":
 
 
 def options_of(group=None) -> Options:
+    from ._membership import Reconfigurable
+
+    if isinstance(group, Reconfigurable):
+        return group._ringzip_options()  # noqa: SLF001 -- before its first group too
     return Options._from_c(backend_of(group).group_options())  # noqa: SLF001

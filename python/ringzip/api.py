@@ -9,6 +9,7 @@ import torch
 import torch.distributed as dist
 
 from . import _C
+from ._membership import Reconfigurable
 from ._registry import apply_options, backend_of, options_of
 from .options import Options
 
@@ -30,6 +31,8 @@ def set_options(group=None, **fields) -> Options:
     for fixed in ("timeout", "transport"):
         if fixed in fields:
             raise ValueError(f"ringzip.set_options: {fixed} is fixed at group creation")
+    if isinstance(group, Reconfigurable):  # its current group and every later one
+        return group._ringzip_set_options(**fields)  # noqa: SLF001
     new = options_of(group).replace(**fields)
     apply_options(backend_of(group), new)
     return new
@@ -209,7 +212,9 @@ def load_error_feedback_state(group=None, state: dict | None = None, model=None)
     backward replays the bucket layout of the saving run through a DDP comm hook that stays
     registered (it reduces as DDP does without one): DDP reduces the first step of every new
     process in one bucket of all parameters, and compression is only reproducible on the same
-    buckets. Raises ValueError for a state of another version, rank or world size. When
+    buckets. Raises ValueError for a state of another version, rank or world size (except on a
+    process group whose members come and go, ringzip.torchft's: a member's residuals are its own
+    whatever its rank; loaded before its first group, they wait for it). When
     ``model``'s buckets travel through ringzip.hooks.compress, the state goes to that hook
     (``State.load_state_dict``), which replays the first backward itself."""
     hook = _hook_of(group, model)
@@ -217,6 +222,9 @@ def load_error_feedback_state(group=None, state: dict | None = None, model=None)
         hook._load(state, model)  # noqa: SLF001 -- restored at the hook's next bucket, on its group
         return
     group = _group_of(group, model)
+    if isinstance(group, Reconfigurable) and model is None:  # its current group, or its first
+        group._ringzip_load(int(state["calls"]), _checked(group, state))  # noqa: SLF001
+        return
     _restore(group, state, _checked(group, state), model)
 
 
@@ -238,7 +246,8 @@ def _checked(group, state) -> list:
             f"encodes with version {_C.codec.codec_version} (stochastic rounding draws other bits): the residuals "
             "are loaded and training continues correctly, but not bit for bit as the saving run would have",
             stacklevel=3)
-    rank, size = _rank_and_size(group)
+    # A member of a group that comes and goes holds its own residuals whatever its rank is now.
+    rank, size = (state["rank"], state["world_size"]) if isinstance(group, Reconfigurable) else _rank_and_size(group)
     if state["rank"] != rank or state["world_size"] != size:
         raise ValueError(
             f"ringzip.load_error_feedback_state: the state was saved by rank {state['rank']} of {state['world_size']}, "

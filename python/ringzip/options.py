@@ -83,6 +83,21 @@ class Options(_Fields):  # decorated again, so that its __init__ calls __post_in
             raise TypeError(f"ringzip.Options: unknown field(s) {sorted(unknown)}")
         return dataclasses.replace(self, **changes)
 
+    def _to_plain(self) -> dict:
+        """Every field as JSON holds it (the timeout in seconds): what members of a group that
+        changes exchange through its store (ringzip._membership)."""
+        d = dataclasses.asdict(self)
+        if d["timeout"] is not None:
+            d["timeout"] = d["timeout"].total_seconds()
+        return d
+
+    @classmethod
+    def _from_plain(cls, d: dict) -> "Options":
+        d = dict(d)
+        if d.get("timeout") is not None:
+            d["timeout"] = timedelta(seconds=d["timeout"])
+        return cls(**d)
+
     @classmethod
     def from_env(cls, base: "Options | None" = None) -> "Options":
         """Options from RINGZIP_* environment variables over ``base`` (or the defaults).
