@@ -243,6 +243,7 @@ void Tuner::agree(Comm& c, const std::vector<CodecCandidate>* candidates) {
   }
   std::lock_guard<std::mutex> lock(mu_);
   ++refreshes_;
+  known_ = true;
   auto agreed_or = [](double x, double before) { return std::isnan(x) ? before : x; };  // none measured: as before
   link_ = cost::Link{agreed_or(v[0], link_.alpha), agreed_or(v[1], link_.inv_bw), v[2], agreed_or(v[5], link_.inv_host),
                      v[kCall], v[kLaunch]};
@@ -358,6 +359,10 @@ void Tuner::follow_changes(const std::map<std::string, double>& before) {
 }
 
 void Tuner::maybe_refresh(Comm& c, const std::vector<CodecCandidate>* candidates) {
+  if (seeded_) {  // as agree() tells it
+    c.net.set_round_trip(2 * link_.alpha);
+    seeded_ = false;
+  }
   bool missing = false;  // a codec the agreed table lacks (the options changed): measure it now
   for (size_t i = 0; candidates && i < candidates->size(); ++i)
     missing = missing || ((*candidates)[i].spec.kind != codec::Kind::None && !codecs_.count((*candidates)[i].name));
@@ -435,6 +440,25 @@ void Tuner::learn(const Plan& p, double seconds, double codec_seconds) {
   if (!p.teaches_link) return;  // the way's recent calls at this size, this one included:
   if (const auto s = cost::call_sample(e, seconds, way_price(seconds_.at(p.key)), C, link_.call))
     keep_last(call_, *s, kTimes);  // zeros count: a median
+}
+
+std::optional<Tuner::Figures> Tuner::figures() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!known_ || injected_) return std::nullopt;
+  return Figures{link_, codec_scale_agreed_, codecs_};
+}
+
+void Tuner::seed(const Figures& f) {
+  std::lock_guard<std::mutex> lock(mu_);
+  link_ = f.link;
+  codec_scale_agreed_ = f.codec_scale;
+  codecs_ = f.codecs;
+  probe_alpha_ = f.link.alpha;
+  push(inv_bw_, f.link.inv_bw);
+  push(inv_host_, f.link.inv_host);
+  push(codec_scale_, f.codec_scale);
+  if (f.link.call > 0) keep_last(call_, f.link.call, kTimes);
+  probed_ = seeded_ = known_ = true;
 }
 
 void Tuner::inject(std::optional<std::pair<double, double>> link) {

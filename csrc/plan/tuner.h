@@ -110,6 +110,19 @@ class Tuner {
   // seconds, whatever its size, instead of its measured time; with inject() too, the model's
   // prices come from the injected link and the calibration from these times. Empty: measured.
   void inject_times(std::map<std::string, double> seconds);
+  // The agreed figures (the link's, the kernels' speeds), for the group that replaces this one at
+  // a membership change (python/ringzip/_membership.py); none before the first agreement.
+  struct Figures {
+    cost::Link link;
+    double codec_scale = 1;
+    std::map<std::string, cost::CodecSpeed> codecs;
+  };
+  std::optional<Figures> figures() const;
+  // Before the first call: every rank of the group is given the same figures (agreed outside,
+  // through the group's store), so the first call neither probes nor agrees; it plans from
+  // them, and the calls teach and refresh them as usual. They are also what this rank offers
+  // until its calls measure anew.
+  void seed(const Figures& f);
   // stats()["auto"] (bound in python/bind_stats.cc): choices, agreed parameters, the last call's
   // predictions.
   struct Summary {
@@ -175,6 +188,8 @@ class Tuner {
   std::map<std::string, cost::CodecSpeed> device_codecs_;  // device_: per candidate, measured once
   mutable std::mutex mu_;                                  // stats() reads from other threads; calls come one at a time
   bool probed_ = false, calibrate_ = true, one_host_ = false;
+  bool seeded_ = false;  // seed() ran and no call since: the transport learns the round trip at the first
+  bool known_ = false;   // the figures were agreed (or seeded): figures() has them
   uint64_t calls_ = 0, refreshes_ = 0, since_ = 0, explorations_ = 0, tours_ = 0, changes_ = 0;
   double predicted_since_ = 0;
   double agree_seconds_ = 0;  // this rank's time of the last agreement (offered at the next)

@@ -167,6 +167,38 @@ void bind_backend(py::module_& m) {
             return b.tuner(by_name(kDevices, device, "device")).summary();
           },
           py::arg("device") = "cpu")
+      // A device's agreed cost-model figures as plain lists (JSON: a membership change hands
+      // them to the next group through its store), None before they were agreed; and seeding
+      // a new group's tuner with them (every rank the same, before its first call).
+      .def(
+          "tuner_figures",
+          [](RingzipBackend& b, const std::string& device) -> std::optional<py::dict> {
+            const auto f = b.tuner(by_name(kDevices, device, "device")).figures();
+            if (!f) return std::nullopt;
+            py::dict d, codecs;
+            const cost::Link& l = f->link;
+            d["link"] = std::vector<double>{l.alpha, l.inv_bw, l.reduce, l.inv_host, l.call, l.launch};
+            d["codec_scale"] = f->codec_scale;
+            for (const auto& [name, c] : f->codecs) codecs[py::str(name)] = std::vector<double>{c.encode, c.decode, c.feedback};
+            d["codecs"] = codecs;
+            return d;
+          },
+          py::arg("device"))
+      .def(
+          "seed_tuner",
+          [](RingzipBackend& b, const std::string& device, const std::vector<double>& link, double codec_scale,
+             const std::map<std::string, std::vector<double>>& codecs) {
+            if (link.size() != 6) throw std::invalid_argument("ringzip: seed_tuner: link holds 6 figures");
+            Tuner::Figures f;
+            f.link = cost::Link{link[0], link[1], link[2], link[3], link[4], link[5]};
+            f.codec_scale = codec_scale;
+            for (const auto& [name, v] : codecs) {
+              if (v.size() != 3) throw std::invalid_argument("ringzip: seed_tuner: a codec holds 3 speeds");
+              f.codecs[name] = cost::CodecSpeed{v[0], v[1], v[2]};
+            }
+            b.tuner(by_name(kDevices, device, "device")).seed(f);
+          },
+          py::arg("device"), py::arg("link"), py::arg("codec_scale"), py::arg("codecs"))
       // Test hooks (every device's tuner): this rank's link measurements read as (alpha s/message,
       // inv_bw s/byte), None: measured; a call run one of these ways is recorded as taking these
       // seconds, {}: measured; host calls tuned as a device's (Planner::tune_host_as_device).
