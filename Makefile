@@ -4,6 +4,8 @@
 PY ?= python3
 VENV ?= .venv
 TORCH ?= torch==2.14.1
+# ringzip.torchft's tests and examples/diloco.py (the extra ringzip[torchft])
+TORCHFT ?= torchft==0.2.0
 # CUDA architectures compiled when torch has CUDA and nvcc is found (one keeps a 2-core build
 # short; list yours, e.g. "80;90", or "" for torch's whole list).
 RINGZIP_CUDA_ARCHS ?= 90
@@ -18,7 +20,7 @@ SOURCES := $(shell find csrc python tools CMakeLists.txt pyproject.toml cmake -t
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q "$(TORCH)" numpy pytest scikit-build-core cmake ninja matplotlib scikit-learn
+	$(BIN)/pip install -q "$(TORCH)" numpy pytest scikit-build-core cmake ninja matplotlib scikit-learn $(TORCHFT)
 
 # Builds the wheel against the torch in the venv (no build isolation: the extension must
 # match that torch exactly). CUDA sources compile when torch has CUDA and nvcc is found.
