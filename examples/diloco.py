@@ -13,8 +13,9 @@ process group without them, and a replica that comes back is healed from a peer.
 
 Needs ``pip install 'ringzip[torchft]'``. With no --replica it starts torchft's Lighthouse and
 one process per replica, and checks at the end that every replica holds the same parameters;
-across machines, start the Lighthouse (``torchft_lighthouse``) once and this script with
-``--replica I --lighthouse ADDR`` on each site.
+across machines, start torchft's Lighthouse once and this script with ``--replica I
+--lighthouse http://HOST:PORT --host THIS_HOST`` on each site (``GLOO_SOCKET_IFNAME`` naming the
+interface the sites reach each other through).
 """
 from __future__ import annotations
 
@@ -42,8 +43,9 @@ def parse_args(argv=None):
     p.add_argument("--kill", action="append", default=[], metavar="REPLICA:STEP",
                    help="SIGKILL this replica when it reaches this outer step, then start it again")
     p.add_argument("--timeout", type=float, default=30.0, help="seconds before a step with a dead peer fails")
-    p.add_argument("--replica", type=int, help=argparse.SUPPRESS)
-    p.add_argument("--lighthouse", help=argparse.SUPPRESS)
+    p.add_argument("--replica", type=int, help="run this one replica (across machines; with --lighthouse)")
+    p.add_argument("--lighthouse", help="the Lighthouse's address (http://HOST:PORT) for --replica")
+    p.add_argument("--host", default="127.0.0.1", help="the address the other replicas reach this one at")
     p.add_argument("--out", help=argparse.SUPPRESS)
     return p.parse_args(argv)
 
@@ -80,14 +82,15 @@ def replica(args) -> None:
         inner.load_state_dict(sd["inner"])
 
     # The replica's own store (torchft's Manager joins it; one rank per replica here).
-    store = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+    store = TCPStore(args.host, 0, is_master=True, wait_for_workers=False)
     # Every value of the pseudo-gradients compressed (min_numel=0: the biases too), with error
     # feedback: what rounding leaves out of one outer step goes out with the next.
     pg = ProcessGroupRingzip(ringzip.Options(codec=args.codec, error_feedback=True, min_numel=0),
                              timeout=timedelta(seconds=args.timeout))
     manager = torchft.Manager(
         pg=pg, min_replica_size=args.min_replicas, load_state_dict=load_state_dict, state_dict=state_dict,
-        replica_id=f"site{args.replica}", store_addr="127.0.0.1", store_port=store.port, rank=0, world_size=1,
+        replica_id=f"site{args.replica}", store_addr=args.host, store_port=store.port, rank=0, world_size=1,
+        hostname=args.host,
         lighthouse_addr=args.lighthouse, use_async_quorum=False, timeout=timedelta(seconds=args.timeout),
         quorum_timeout=timedelta(seconds=120), connect_timeout=timedelta(seconds=60))
     kill_at = {int(s) for r, s in (k.split(":") for k in args.kill) if int(r) == args.replica}
@@ -107,7 +110,7 @@ def replica(args) -> None:
                 last = manager.current_step()
                 with torch.no_grad():
                     num, den = charlm.evaluate(model, data, cfg, 0, 1).tolist()
-                row = {"replica": args.replica, "step": last, "digest": digest(model),
+                row = {"replica": args.replica, "step": last, "t": time.time(), "digest": digest(model),
                        "val_bpc": round(charlm.metric(num, den), 4), "participants": manager.num_participants()}
                 print(json.dumps(row), flush=True)
                 if log:
