@@ -37,7 +37,8 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--replicas", type=int, default=3, help="replicas started on this machine")
     p.add_argument("--min-replicas", type=int, default=1, help="the fewest replicas a step may run with")
-    p.add_argument("--codec", default="q4", help="ringzip codec of the pseudo-gradients (none: exact)")
+    p.add_argument("--codec", default="q4",
+                   help="ringzip codec of the pseudo-gradients (none: exact; gloo: torchft's gloo group instead)")
     p.add_argument("--outer-steps", type=int, default=8)
     p.add_argument("--sync-every", type=int, default=10, help="inner steps per outer step")
     p.add_argument("--kill", action="append", default=[], metavar="REPLICA:STEP",
@@ -85,8 +86,12 @@ def replica(args) -> None:
     store = TCPStore(args.host, 0, is_master=True, wait_for_workers=False)
     # Every value of the pseudo-gradients compressed (min_numel=0: the biases too), with error
     # feedback: what rounding leaves out of one outer step goes out with the next.
-    pg = ProcessGroupRingzip(ringzip.Options(codec=args.codec, error_feedback=True, min_numel=0),
-                             timeout=timedelta(seconds=args.timeout))
+    if args.codec == "gloo":  # the baseline: torchft's own gloo group, float32 on the wire
+        from torchft.process_group import ProcessGroupGloo
+        pg = ProcessGroupGloo(timeout=timedelta(seconds=args.timeout))
+    else:
+        pg = ProcessGroupRingzip(ringzip.Options(codec=args.codec, error_feedback=True, min_numel=0),
+                                 timeout=timedelta(seconds=args.timeout))
     manager = torchft.Manager(
         pg=pg, min_replica_size=args.min_replicas, load_state_dict=load_state_dict, state_dict=state_dict,
         replica_id=f"site{args.replica}", store_addr=args.host, store_port=store.port, rank=0, world_size=1,

@@ -100,6 +100,13 @@ class Reconfigurable:
         else:
             self._rz_backend.load_error_feedback_state(calls, residuals)
 
+    def _ringzip_release(self) -> None:
+        """Lets the current group go (its connections and threads), keeping this process's
+        residuals for a later group."""
+        if self._rz_backend is not None:
+            self._rz_loaded = self._rz_backend.error_feedback_state()
+            self._rz_backend = None
+
     def _ringzip_process_group(self, store, rank: int, size: int, timeout: timedelta) -> dist.ProcessGroup:
         """The next group, over ``store`` (a fresh one per membership: torchft's quorum prefix)."""
         old = self._rz_backend

@@ -39,5 +39,9 @@ class ProcessGroupRingzip(Reconfigurable, ProcessGroupWrapper):
     def _create_pg(self, store, rank: int, world_size: int):
         return self._ringzip_process_group(store, rank, world_size, self._timeout)
 
+    def shutdown(self) -> None:
+        self._ringzip_release()
+        ProcessGroupWrapper.shutdown(self)
+
     def getBackendName(self) -> str:
         return "torchft-ringzip"

@@ -98,6 +98,12 @@ def membership_checks(ctx):
         assert ringzip.get_options(pg).codec == "topk:0.05", ringzip.get_options(pg)
     state = ringzip.error_feedback_state(pg)
     pg.shutdown()
+    with chk.case("shutdown_lets_the_group_go"):
+        try:
+            ringzip.stats(pg)
+            raise AssertionError("stats of a group after shutdown")
+        except ValueError:
+            pass
     return {"result": chk.result(), "outs": outs, "state": state, "calls": calls, "figures": figures}
 
 

@@ -41,7 +41,10 @@ def main(argv=None) -> int:
     p.add_argument("--sites", type=int, default=4)
     p.add_argument("--net", default="1gbit,50ms", help="RATE[,DELAY[,LOSS]] of every site's link")
     p.add_argument("--minutes", type=float, default=10)
-    p.add_argument("--kill-every", default="30-60", help="seconds between kills, drawn from this range")
+    p.add_argument("--kill-every", default="30-60", help="seconds between kills, drawn from this range; 0: none")
+    p.add_argument("--outage", help="SITE@FROM-TO: kill that site FROM seconds in, start it again at TO")
+    p.add_argument("--targets", default="", help="val_bpc targets: report when the run first reached each")
+    p.add_argument("--stem", default="diloco_sites")
     p.add_argument("--codec", default="q4")
     p.add_argument("--sync-every", type=int, default=20)
     p.add_argument("--timeout", type=float, default=30, help="a step with a dead peer fails after this")
@@ -58,6 +61,10 @@ def main(argv=None) -> int:
         wanlink_path()
     rng = random.Random(args.seed)
     lo, hi = parse_range(args.kill_every)
+    outage = None
+    if args.outage:
+        site, _, window = args.outage.partition("@")
+        outage = (int(site), *parse_range(window))
     kills, procs, pids = [], {}, set()
     with tempfile.TemporaryDirectory(prefix="ringzip-diloco-") as tmp, \
             NetEnv(args.sites, spec.rate, spec.delay, log=log, hostnames=True, loss=spec.loss, link=spec.link) as net:
@@ -86,10 +93,24 @@ def main(argv=None) -> int:
             for r in range(args.sites):
                 start(r)
             began = time.time()
-            next_kill = began + rng.uniform(lo, hi)
+            next_kill = began + rng.uniform(lo, hi) if hi > 0 else float("inf")
+            down = set()
             while time.time() - began < args.minutes * 60:
                 time.sleep(0.5)
+                now = time.time() - began
+                if outage and outage[0] not in down and outage[1] <= now < outage[2]:
+                    os.killpg(procs[outage[0]].pid, signal.SIGKILL)
+                    procs[outage[0]].wait()
+                    down.add(outage[0])
+                    kills.append({"site": outage[0], "at_s": round(now, 1), "back_s": outage[2]})
+                    log(f"[diloco_sites] site {outage[0]} down at {now:.1f} s until {outage[2]:g} s")
+                if outage and outage[0] in down and now >= outage[2]:
+                    down.discard(outage[0])
+                    start(outage[0])
+                    outage = None
                 for r, proc in procs.items():
+                    if r in down:
+                        continue
                     if proc.poll() is not None:
                         raise SystemExit(f"site {r} exited by itself ({proc.returncode}):\n"
                                          + Path(f"{tmp}/site{r}.log").read_text()[-3000:])
@@ -113,6 +134,12 @@ def main(argv=None) -> int:
     return report(args, rows, kills, began, ended, shm_segments(pids))
 
 
+def reached(rows, target: float, began: float):
+    """Seconds from the start to the first commit whose evaluation reached `target` (None: never)."""
+    t = min((r["t"] for r in rows if r["val_bpc"] <= target), default=None)
+    return None if t is None else round(t - began, 1)
+
+
 def report(args, rows, kills, began, ended, left) -> int:
     by_step: dict[int, set] = {}
     for r in rows:
@@ -129,20 +156,25 @@ def report(args, rows, kills, began, ended, left) -> int:
            "longest_without_commit_s": round(longest, 1), "shm_left": left,
            "participants": sorted({r["participants"] for r in rows}),
            "last_val_bpc": rows[-1]["val_bpc"] if rows else None,
+           "time_to_target_s": {t: reached(rows, float(t), began) for t in filter(None, args.targets.split(","))},
            "command": "python -m ringzip.bench.lab.diloco_sites " + " ".join(sys.argv[1:])}
     out_dir = Path(args.out_dir) if args.out_dir else default_results_dir()
-    (out_dir / "diloco_sites.json").write_text(json.dumps(res, indent=1))
+    (out_dir / f"{args.stem}.json").write_text(json.dumps(res, indent=1))
     ok = bool(by_step) and not split and not left
-    md = [f"# DiLoCo across {args.sites} emulated sites, replicas killed and started again\n",
+    md = [f"# DiLoCo across {args.sites} emulated sites: {args.codec}\n",
           f"{res['date']}, {res['cpu']}; command: `{res['command']}`\n",
           f"- link: {args.net} per site; codec {args.codec}, {args.sync_every} inner steps per outer step",
-          f"- {len(kills)} kills in {args.minutes:g} minutes: " + ", ".join(f"site {k['site']} at {k['at_s']} s" for k in kills),
+          f"- {len(kills)} kills in {args.minutes:g} minutes: " + ", ".join(
+              f"site {k['site']} at {k['at_s']} s" + (f", back at {k['back_s']:g} s" if "back_s" in k else "")
+              for k in kills),
           f"- {len(by_step)} outer steps committed; replicas' parameters identical after every one: "
           f"{'yes' if not split else 'no, after steps ' + str(split)}",
           f"- longest time without a commit: {res['longest_without_commit_s']} s; participants per step: "
           f"{res['participants']}",
           f"- /dev/shm left: {left or 'nothing'}; last val_bpc {res['last_val_bpc']}"]
-    (out_dir / "diloco_sites.md").write_text("\n".join(md) + "\n")
+    if res["time_to_target_s"]:
+        md.append("- time to val_bpc: " + ", ".join(f"{t}: {v} s" for t, v in res["time_to_target_s"].items()))
+    (out_dir / f"{args.stem}.md").write_text("\n".join(md) + "\n")
     print("\n".join(md))
     return 0 if ok else 1
 
