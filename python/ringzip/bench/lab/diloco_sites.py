@@ -157,6 +157,8 @@ def report(args, rows, kills, began, ended, left) -> int:
            "participants": sorted({r["participants"] for r in rows}),
            "last_val_bpc": rows[-1]["val_bpc"] if rows else None,
            "time_to_target_s": {t: reached(rows, float(t), began) for t in filter(None, args.targets.split(","))},
+           "curve": [[round(first_commit[s] - began, 1), s, min(r["val_bpc"] for r in rows if r["step"] == s)]
+                     for s in sorted(first_commit)],
            "command": "python -m ringzip.bench.lab.diloco_sites " + " ".join(sys.argv[1:])}
     out_dir = Path(args.out_dir) if args.out_dir else default_results_dir()
     (out_dir / f"{args.stem}.json").write_text(json.dumps(res, indent=1))

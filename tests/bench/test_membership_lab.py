@@ -1,0 +1,23 @@
+"""The arithmetic of the membership benchmarks (bench/lab/reconfigure.py, diloco_sites.py): what
+the recorded tables say is computed from the calls and commits as documented."""
+from ringzip.bench.lab import diloco_sites, reconfigure
+
+
+def test_first_call_over_the_steady_state():
+    # Group 0 is the job's start; the steady state is the median of the later halves of groups 1-2.
+    groups = [{"configure_s": 1.0, "times_s": [0.5, 0.1, 0.1, 0.1]},
+              {"configure_s": 0.02, "times_s": [0.3, 0.2, 0.1, 0.1]},
+              {"configure_s": 0.04, "times_s": [0.1, 0.1, 0.1, 0.1]}]
+    s = reconfigure.summarize(groups)
+    assert s["steady_ms"] == 100.0
+    assert s["first_over_steady_median"] == 2.0 and s["first_over_steady_worst"] == 3.0
+    assert s["second_over_steady_median"] == 1.5
+    assert s["configure_ms_median"] == 30.0 and s["first_group_first_over_steady"] == 5.0
+
+
+def test_time_to_target_and_ranges():
+    rows = [{"step": 1, "t": 110.0, "val_bpc": 4.5}, {"step": 2, "t": 130.0, "val_bpc": 3.95},
+            {"step": 2, "t": 131.0, "val_bpc": 3.95}, {"step": 3, "t": 150.0, "val_bpc": 3.8}]
+    assert diloco_sites.reached(rows, 4.0, 100.0) == 30.0  # the first commit at or below it
+    assert diloco_sites.reached(rows, 3.5, 100.0) is None
+    assert diloco_sites.parse_range("30-60") == (30.0, 60.0) and diloco_sites.parse_range("5") == (5.0, 5.0)
