@@ -43,8 +43,6 @@ def new_process_group(store, rank: int, world_size: int, options: Options | None
     ``process_group=``). For a library that owns its groups, as torchft does; ``options=None``
     reads RINGZIP_* from the environment. Every member calls it with the same store."""
     opts = Options.from_env(_checked_options(options))
-    if not isinstance(timeout, timedelta):
-        timeout = timedelta(seconds=float(timeout))
     return _standalone(store, rank, world_size, opts.timeout or timeout, opts)[0]
 
 
