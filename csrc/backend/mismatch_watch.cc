@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cstring>
+#include <future>
 #include <map>
+#include <stdexcept>
 
 namespace ringzip {
 namespace {
@@ -12,6 +14,22 @@ using Bytes = std::vector<uint8_t>;
 int64_t now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
       .count();
+}
+
+// Runs op(store) on a thread of its own and waits kStoreWait for it. A store whose host stopped
+// (SIGSTOP, a hung machine) keeps its connection open and answers nothing until the store's own
+// timeout -- minutes for some callers -- and a diagnosis must never hold up the failure it
+// explains or the group's shutdown: a survivor of a stopped store host hung 150 s in the
+// failure path. An abandoned operation ends on its thread, which owns what it uses.
+template <class Op>
+auto ask(const c10::intrusive_ptr<c10d::Store>& store, Op op) {
+  using T = decltype(op(*store));
+  auto task = std::make_shared<std::packaged_task<T()>>([store, op] { return op(*store); });
+  std::future<T> answer = task->get_future();
+  std::thread([task] { (*task)(); }).detach();
+  if (answer.wait_for(MismatchWatch::kStoreWait) != std::future_status::ready)
+    throw std::runtime_error("the store did not answer");
+  return answer.get();
 }
 
 std::vector<Fingerprint> parse(const Bytes& b) {
@@ -75,11 +93,13 @@ std::string MismatchWatch::verdict() {
     if (!verdict_.empty()) return verdict_;
   }
   try {
-    if (!store_->check({"verdict"})) return {};
-    const Bytes v = store_->get("verdict");
-    return std::string(v.begin(), v.end());
+    return ask(store_, [](c10d::Store& s) {
+      if (!s.check({"verdict"})) return std::string();
+      const Bytes v = s.get("verdict");
+      return std::string(v.begin(), v.end());
+    });
   } catch (...) {
-    return {};  // the store went with a dead rank: report the failure as it is
+    return {};  // the store went with a dead or stopped rank: report the failure as it is
   }
 }
 
@@ -121,16 +141,24 @@ void MismatchWatch::diagnose(uint64_t seq, bool device) {
     }
     if (published_ != seq + 1) {
       const auto* p = reinterpret_cast<const uint8_t*>(histories[rank_].data());
-      store_->set("h/" + std::to_string(rank_), Bytes(p, p + histories[rank_].size() * sizeof(Fingerprint)));
+      const Bytes mine(p, p + histories[rank_].size() * sizeof(Fingerprint));
+      ask(store_, [key = "h/" + std::to_string(rank_), mine](c10d::Store& s) { return (s.set(key, mine), 0); });
       published_ = seq + 1;
     }
-    for (int j = 0; j < size_; ++j) {
-      const std::string key = "h/" + std::to_string(j);
-      if (j != rank_ && store_->check({key})) histories[j] = parse(store_->get(key));
-    }
+    const std::vector<Bytes> theirs = ask(store_, [n = size_, me = rank_](c10d::Store& s) {
+      std::vector<Bytes> out(n);
+      for (int j = 0; j < n; ++j) {
+        const std::string key = "h/" + std::to_string(j);
+        if (j != me && s.check({key})) out[j] = s.get(key);
+      }
+      return out;
+    });
+    for (int j = 0; j < size_; ++j)
+      if (j != rank_) histories[j] = parse(theirs[j]);
     const std::string mine = find_mismatch(histories, device);
     if (mine.empty()) return;
-    const Bytes won = store_->compareSet("verdict", {}, Bytes(mine.begin(), mine.end()));
+    const Bytes won = ask(
+        store_, [mine](c10d::Store& s) { return s.compareSet("verdict", {}, Bytes(mine.begin(), mine.end())); });
     found.assign(won.begin(), won.end());
   }
   {

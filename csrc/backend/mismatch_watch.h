@@ -33,6 +33,9 @@ class MismatchWatch {
  public:
   static constexpr std::chrono::milliseconds kStall{250};
   static constexpr std::chrono::milliseconds kPoll{100};
+  // The longest the watch waits for one answer of the store (mismatch_watch.cc ask): a store
+  // on this host or a peer answers in milliseconds, a stopped one never.
+  static constexpr std::chrono::milliseconds kStoreWait{1000};
 
   // `on_verdict` breaks the group's transport (it runs on the watch thread).
   MismatchWatch(c10::intrusive_ptr<c10d::Store> store, int rank, int size, std::string group,

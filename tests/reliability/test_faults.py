@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -250,6 +251,47 @@ def test_timeout_raises_everywhere_then_fails_fast_and_recovers():
         assert r["destroy_s"] < 2
         assert r["threads_fds_after"][0] <= r["threads_fds_before"][0] + 1, r
         assert r["threads_fds_after"][1] <= r["threads_fds_before"][1] + 1, r
+
+
+def rank_stopped_store(rank, world, tmp, port, store_pid):
+    from torch.distributed import TCPStore
+
+    store = TCPStore("127.0.0.1", port, world, False, timedelta(seconds=60))
+    dist.init_process_group("ringzip", store=store, rank=rank, world_size=world, timeout=timedelta(seconds=2))
+    _good_allreduce()
+    dist.barrier()
+    if rank == 0:
+        os.kill(store_pid, signal.SIGSTOP)  # the store's host hangs: its connections stay open, silent
+        msg, dt = _expect_error(lambda: _good_allreduce(1000), "allreduce", "group")
+        return {"raised_s": dt}
+    time.sleep(8)  # never arrives: rank 0's call times out, and its diagnosis asks a silent store
+    return {}
+
+
+def test_a_stopped_store_host_delays_no_failure():
+    """The group's store lives in a process that stops (SIGSTOP: its sockets stay open and answer
+    nothing; a TCPStore client waits for its own timeout, a minute here). A call that times out
+    must fail by its own timeout all the same: the stall diagnosis waits on the store at most
+    MismatchWatch::kStoreWait per answer (before, a torchft survivor hung 150 s this way)."""
+    host = subprocess.Popen([sys.executable, "-c", _STORE_HOST], stdout=subprocess.PIPE, text=True)
+    try:
+        port = int(host.stdout.readline())
+        res = check_all_ok(launch(rank_stopped_store, 2, port, host.pid, timeout=60))
+    finally:
+        host.kill()
+        host.wait()
+    record("stopped_store", timeout_s=2, raised_s=res[0]["raised_s"])
+    assert 1.5 < res[0]["raised_s"] < 2 + 3, res[0]
+
+
+_STORE_HOST = """
+import time
+from datetime import timedelta
+from torch.distributed import TCPStore
+s = TCPStore("127.0.0.1", 0, 2, True, timedelta(seconds=60), wait_for_workers=False)
+print(s.port, flush=True)
+time.sleep(300)
+"""
 
 
 def rank_abort(rank, world, tmp):
