@@ -8,7 +8,7 @@
 
 namespace ringzip {
 
-enum class AllreduceAlgo { Auto, Ring, RecursiveDoubling, Direct, Star, HalvingDoubling, Tree };
+enum class AllreduceAlgo { Auto, Ring, RecursiveDoubling, Direct, Star, HalvingDoubling, Tree, Sra };
 
 // Runs algorithm `algo` (not Auto: the planner chooses, plan/plan.h).
 void allreduce(Comm& c, Buf data, RedOp op, AllreduceAlgo algo);
@@ -18,6 +18,7 @@ void direct_allreduce(Comm& c, Buf data, RedOp op);
 void star_allreduce(Comm& c, Buf data, RedOp op);
 void hd_allreduce(Comm& c, Buf data, RedOp op);
 void tree_allreduce(Comm& c, Buf data, RedOp op);
+void sra_allreduce(Comm& c, Buf data, RedOp op);
 
 // Ring reduce-scatter in place: afterwards rank i's part [begin[i], begin[i+1]) holds the
 // reduction over all ranks. `begin` has size()+1 entries.

@@ -20,6 +20,7 @@ class Executor {
         reqs_(s.steps) {}
 
   void run() {
+    TORCH_INTERNAL_ASSERT(sch_.lag == 1 || !grouped_, "ringzip: a grouped executor runs schedules of lag 1 only");
     for (int s = 0; s < sch_.steps; ++s) {
       if (grouped_) {
         post_group(s);

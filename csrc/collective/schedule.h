@@ -6,7 +6,8 @@
 // they land, tag step) and has a body: the compute of the step (reduce, encode, decode-
 // accumulate, ...) between waits for those receives, and the sends it makes. One rule ties the
 // steps of all ranks together: a send made by the body of step s is received by its peer in
-// step s + 1 (the peer lists it among step s + 1's receives). Everything else belongs to the
+// step s + lag (the peer lists it among step s + lag's receives; Schedule::lag, 1 unless the
+// schedule runs sends ahead on an eager transport). Everything else belongs to the
 // executor, which follows what the transport declares (Transport::lookahead()):
 //  - eager (host transports, matching by tag): a send is posted the moment the body makes it,
 //    and the receives of up to `lookahead` steps ahead are posted before a body runs, so the
@@ -46,7 +47,7 @@ class Step {
   // Waits for receive i of this step (the order of Schedule::recvs), or of an earlier step.
   void wait(size_t i) { wait(s_, i); }
   void wait(int step, size_t i);
-  // Sends `bytes` at `data`; the peer receives it in step index() + 1. The buffer must stay
+  // Sends `bytes` at `data`; the peer receives it in step index() + Schedule::lag. The buffer must stay
   // untouched until a later step's sends_done().
   void send(const void* data, size_t bytes, int peer, uint32_t step, const char* what);
   // Waits until every send made by earlier steps completed, so that their buffers may change.
@@ -72,6 +73,10 @@ struct Schedule {
   // land before body s ran only for k <= ahead (e.g. 1 with two alternating buffers; 0 when each
   // step reuses one buffer; kAnyAhead when every receive has a place of its own).
   int ahead = kAnyAhead;
+  // The steps between a send and its receive: more than 1 lets a body's sends run that many
+  // steps ahead of the waits for them (a long link's delay then overlaps across steps). Eager
+  // executors only: a grouped one posts body s's sends with step s + 1's receives.
+  int lag = 1;
   // Appends the receives of step s.
   std::function<void(int s, std::vector<Xfer>& recvs)> recvs;
   std::function<void(int s, Step& step)> body;

@@ -15,7 +15,17 @@ namespace {
 // core every message costs a thread wake-up, so the star's 2(n-1) messages in all beat
 // recursive doubling's n log2 n although both take two rounds for n = 4). A probe round -- one
 // send and one receive per rank -- costs one alpha.
-double latency_units(double rounds, double sends_per_rank) { return 0.5 * (rounds + sends_per_rank); }
+// Of a long link's alpha only the hosts' part h comes with every send: the rest is the link's
+// delay, paid once per round by the messages that travel in it together. h is all of alpha up
+// to kMessageCost, and kMessageCost^2 / alpha beyond (continuous there; tens of microseconds at
+// a long link's alpha, what a message costs these hosts). At a 100 ms round trip the ring's
+// 2(n-1) rounds cost most of a second, SRA's two a fifth of one.
+double latency_units(const Link& l, double rounds, double sends_per_rank) {
+  const double hosts = 0.5 * (rounds + sends_per_rank);
+  if (l.alpha <= kMessageCost) return hosts;
+  const double h = kMessageCost * kMessageCost / l.alpha;
+  return (h * hosts + (l.alpha - h) * rounds) / l.alpha;
+}
 
 int floor_log2(int n) {
   int k = 0;
@@ -93,18 +103,21 @@ Estimate dense_allreduce(AllreduceAlgo a, size_t bytes, int n, const Link& l) {
     // The root (star) or every rank (direct) reduces each of n parts through n-1 slots, then
     // copies n+1 slices: n^2 + 1 kernels.
     case AllreduceAlgo::Star:  // the root receives n-1 buffers, reduces, sends n-1
-      return combine(latency_units(2, 2.0 * (n - 1) / n), 2.0 * (n - 1) * S, (n - 1) * S * l.reduce, 0, l,
+      return combine(latency_units(l, 2, 2.0 * (n - 1) / n), 2.0 * (n - 1) * S, (n - 1) * S * l.reduce, 0, l,
                      2.0 * (n - 1) / n * S, static_cast<double>(n) * n + 1);
+    case AllreduceAlgo::Sra:  // each part to its owner, which reduces n-1 slots and sends the sum to all
+      return combine(latency_units(l, 2, 2.0 * (n - 1)), 2.0 * (n - 1) / n * S, (n - 1.0) / n * S * l.reduce, 0, l,
+                     -1, n - 1);
     case AllreduceAlgo::Direct:  // one round, every rank sends its buffer to every other
-      return combine(latency_units(1, n - 1), (n - 1) * S, (n - 1) * S * l.reduce, 0, l, -1,
+      return combine(latency_units(l, 1, n - 1), (n - 1) * S, (n - 1) * S * l.reduce, 0, l, -1,
                      static_cast<double>(n) * n + 1);
     // Recursive doubling and halving-doubling: a reduction and a copy per level (a partner's
     // fold-in reduction takes its first level's copy's place).
     case AllreduceAlgo::RecursiveDoubling:  // the n - p folded ranks send twice, their partners once more
-      return combine(latency_units(K + 2 * fold, K + 2 * fold), (K + 2 * fold) * S, (K + fold) * S * l.reduce, 0, l,
+      return combine(latency_units(l, K + 2 * fold, K + 2 * fold), (K + 2 * fold) * S, (K + fold) * S * l.reduce, 0, l,
                      (K + 2.0 * (n - p) / n) * S, 2 * K);
     case AllreduceAlgo::HalvingDoubling:
-      return combine(latency_units(2 * K + 2 * fold, 2 * K + 2 * fold), 2.0 * (p - 1) / p * S + 2 * fold * S,
+      return combine(latency_units(l, 2 * K + 2 * fold, 2 * K + 2 * fold), 2.0 * (p - 1) / p * S + 2 * fold * S,
                      ((p - 1.0) / p + fold) * S * l.reduce, 0, l, (2.0 * (p - 1) + 2.0 * (n - p)) / n * S, 2 * K);
     case AllreduceAlgo::Tree: {  // collective/dense/tree.cc: segments of S/8 clamped to 256 KiB..1 MiB
       const int D = floor_log2(n);
@@ -112,7 +125,7 @@ Estimate dense_allreduce(AllreduceAlgo a, size_t bytes, int n, const Link& l) {
       const double s = S / k, steps = 2 * D + k;
       // Per step an inner node sends a segment up and one to each child and reduces two.
       const double fan = n >= 5 ? 3 : (n >= 3 ? 2 : 1);
-      return segmented(combine(latency_units(steps, 2.0 * (n - 1) * k / n), steps * fan * s,
+      return segmented(combine(latency_units(l, steps, 2.0 * (n - 1) * k / n), steps * fan * s,
                                steps * std::min(2.0, fan) * s * l.reduce, 0, l, 2.0 * (n - 1) / n * S,
                                steps * std::min(2.0, fan)),
                        k);
@@ -122,7 +135,7 @@ Estimate dense_allreduce(AllreduceAlgo a, size_t bytes, int n, const Link& l) {
       const double seg = std::clamp(part / 4, 1024.0 * 1024, 4096.0 * 1024), segs = std::max(1.0, ceil_div(part, seg));
       // Segments stream through the ring: a segment is reduced while the next one travels.
       // One reduction per step and segment; the gather lands in place.
-      return segmented(combine(latency_units(2 * (n - 1) + segs - 1, 2 * (n - 1) * segs), 2.0 * (n - 1) / n * S,
+      return segmented(combine(latency_units(l, 2 * (n - 1) + segs - 1, 2 * (n - 1) * segs), 2.0 * (n - 1) / n * S,
                                (n - 1.0) / n * S * l.reduce, 1.0 - 1.0 / segs, l, -1, (n - 1) * segs),
                        segs);
     }
@@ -133,7 +146,7 @@ Estimate dense_reduce_scatter(size_t bytes, int n, const Link& l) {
   if (n <= 1 || bytes == 0) return {};
   const double S = static_cast<double>(bytes), part = ceil_div(S, n);
   const double seg = std::clamp(part / 4, 1024.0 * 1024, 4096.0 * 1024), segs = std::max(1.0, ceil_div(part, seg));
-  return segmented(combine(latency_units((n - 1) + segs - 1, (n - 1) * segs), (n - 1.0) / n * S,
+  return segmented(combine(latency_units(l, (n - 1) + segs - 1, (n - 1) * segs), (n - 1.0) / n * S,
                            (n - 1.0) / n * S * l.reduce, 1.0 - 1.0 / segs, l, -1, (n - 1) * segs),
                    segs);
 }
@@ -161,7 +174,10 @@ Estimate sra(const codec::Spec& s, size_t count, int n, const Link& l, const Cod
   // Per segment: n-1 encodes, n-1 decodes and the own part's; with the gather the own part's
   // encode and the n-1 decodes of the others' (one pass each per message).
   const double launches = segs * (phases * (n - 1) + 1);
-  return segmented(combine(latency_units(segs + phases, phases * (n - 1) * segs), phases * (n - 1) * enc, compute,
+  // One step per segment, each waiting for what the step before sent; sent ahead, the segments
+  // wait for the link's delay together, once per phase.
+  const double rounds = sends_ahead(l) ? phases + 1 : segs + phases;
+  return segmented(combine(latency_units(l, rounds, phases * (n - 1) * segs), phases * (n - 1) * enc, compute,
                            (segs - 1) / (segs + 1), l, -1, launches),
                    segs);
 }
@@ -172,7 +188,7 @@ Estimate ring(const codec::Spec& s, size_t count, int n, const Link& l, const Co
   const double part = ceil_div(static_cast<double>(count), n), P = 4 * part;
   const double enc = static_cast<double>(codec::encoded_bytes(s, static_cast<int64_t>(part)));
   const double compute = P * (cs.encode + (n - 1) * (cs.decode + cs.encode) + n * cs.decode);
-  return combine(latency_units(2 * (n - 1), 2 * (n - 1)), 2 * (n - 1) * enc, compute, 0, l, -1, 2.0 * n + 1);
+  return combine(latency_units(l, 2 * (n - 1), 2 * (n - 1)), 2 * (n - 1) * enc, compute, 0, l, -1, 2.0 * n + 1);
 }
 
 // Top-k per block of topk_block elements (compressed::topk_blocks), sent to every peer as
@@ -191,7 +207,7 @@ Estimate sparse(const codec::Spec& s, size_t count, int n, const Link& l, const 
   // Selection is a pass over the data; adding n-1 sparse payloads touches 2k elements each.
   const double compute = S * pass + (n - 1) * 8 * k * l.reduce;
   // Per block: the selection and the n payloads' decodes.
-  return combine(latency_units(blocks, (n - 1) * blocks), (n - 1) * payload, compute, (blocks - 1) / blocks, l, -1,
+  return combine(latency_units(l, blocks, (n - 1) * blocks), (n - 1) * payload, compute, (blocks - 1) / blocks, l, -1,
                  blocks * (n + 1));
 }
 
@@ -218,7 +234,8 @@ Estimate compressed_reduce_scatter(const codec::Spec& s, size_t count, int n, co
 }
 
 const std::vector<AllreduceAlgo>& dense_candidates() {
-  static const std::vector<AllreduceAlgo> canonical = {AllreduceAlgo::Star, AllreduceAlgo::Ring, AllreduceAlgo::Direct};
+  static const std::vector<AllreduceAlgo> canonical = {AllreduceAlgo::Star, AllreduceAlgo::Ring, AllreduceAlgo::Direct,
+                                                        AllreduceAlgo::Sra};
   return canonical;
 }
 

@@ -47,6 +47,18 @@ struct Link {
   double launch = 0;
 };
 
+// The most of a message's alpha that is the hosts' own cost (thread wake-ups, copies; 30 us to
+// 1.7 ms measured on this project's machines, the latter under ASan): beyond it alpha is a
+// link's delay, which messages sent in one round pay once, together (cost.cc latency_units).
+// Half the round trip at which the TCP transport stripes (transport/gloo/gloo_transport.h).
+constexpr double kMessageCost = 2.5e-3;
+
+// Whether SRA sends every segment toward its owner before it adds the first it received
+// (CompressedCall::sends_ahead): where a step's wait is mostly the link's delay. There the
+// pipeline's one-step lag made every segment wait its own delay (64 MiB in q4 at a 100 ms round
+// trip: 10 steps of ~50 ms).
+inline bool sends_ahead(const Link& l) { return l.alpha > kMessageCost; }
+
 // One codec on this host, in seconds per byte of float32 input of each pass.
 struct CodecSpeed {
   double encode = 1.0 / 2e9;

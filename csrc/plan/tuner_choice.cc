@@ -280,7 +280,10 @@ Tuner::Plan Tuner::codec(Comm& c, const Shape& s, const std::vector<CodecCandida
   if (chosen.spec.kind != codec::Kind::None) {  // what the micro-benchmarks alone predict: observe() scales it
     p.codec_raw = cost::predict(chosen.spec, p.algo, p.dense, prob, link_, codecs_.at(chosen.name)).compute;
     if (resolve_compressed(chosen.spec, p.algo) == CompressedAlgo::Sra)  // from agreed figures: the same on every rank
+    {
       p.segment_elems = cost::sra_segment_elems(p.est);
+      p.sends_ahead = cost::sends_ahead(link_);
+    }
   }
   std::map<std::string, double> by_used, by_model;  // per candidate: its best way
   for (size_t j = 0; j < opts.size(); ++j) {

@@ -32,7 +32,7 @@ from tests.backend._common import (
 
 BACKEND = "ringzip"
 WORLD_SIZES = [1, 2, 3, 4]
-ALGORITHMS = ["ring", "rd", "direct", "star", "hd", "tree"]
+ALGORITHMS = ["ring", "rd", "direct", "star", "sra", "hd", "tree"]
 BIG = 300_000
 
 

@@ -21,7 +21,8 @@ def test_exact_host_calls_run_ringzip_schedules():
     p = plan()
     assert not p["compressed"] and not p["nccl"] and p["dense"] == "auto" and not p["node_aware"]
     assert plan(algorithm="tree")["dense"] == "tree"
-    assert plan(algorithm="sra")["dense"] == "auto"  # a compressed algorithm's name leaves the dense one on auto
+    assert plan(algorithm="sra")["dense"] == "sra"  # a name of both families names both
+    assert plan(algorithm="sparse")["dense"] == "auto"  # a compressed algorithm's name leaves the dense one on auto
 
 
 def test_cuda_exact_calls_use_nccls_kernel_where_it_reduces_alike():

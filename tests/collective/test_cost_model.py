@@ -17,7 +17,7 @@ SPEEDS = {name: SPEED for name in ("bf16", "fp16", "q8", "q4", "q2", "q1", "topk
 
 
 def test_the_per_call_cost_adds_to_every_way_alike():
-    for a in ("ring", "rd", "star", "hd", "tree", "direct"):
+    for a in ("ring", "rd", "star", "hd", "tree", "direct", "sra"):
         base = C.predict_dense(a, MIB, 4, alpha=1e-4, inv_bw=GBIT)
         e = C.predict_dense(a, MIB, 4, alpha=1e-4, inv_bw=GBIT, call=2e-3)
         assert e["total"] == pytest.approx(base["total"] + 2e-3), a
@@ -242,10 +242,46 @@ def test_segments_are_the_pieces_the_schedule_cuts(codec, algo, part, segments):
 
 def test_launch_cost_keeps_many_ranks_off_the_n_squared_reductions():
     """At 64 GPU ranks (4 us a launch) the star's and the direct exchange's 4,097 kernels cost
-    16 ms: the ring wins a 64 KiB call that, launches unpriced, the star would take."""
+    16 ms: a way of n-1 reductions (the ring's, SRA's) wins a 64 KiB call that, launches unpriced,
+    the star would take."""
     size, n, fast = 64 << 10, 64, 8 / 400e9
     assert C.best_dense(size, n, alpha=1e-5, inv_bw=fast, reduce=1 / 2e12) == "star"
-    assert C.best_dense(size, n, alpha=1e-5, inv_bw=fast, reduce=1 / 2e12, launch=4e-6) == "ring"
+    best = C.best_dense(size, n, alpha=1e-5, inv_bw=fast, reduce=1 / 2e12, launch=4e-6)
+    assert best in ("ring", "sra")
+    assert C.predict_dense(best, size, n, 1e-5, fast, launch=4e-6)["launches"] < 2 * n
     star = C.predict_dense("star", size, n, 1e-5, fast, launch=4e-6)
     assert star["launches"] == n * n + 1
     assert star["latency"] == pytest.approx(star["messages"] * 1e-5 + (n * n + 1) * 4e-6)
+
+
+def test_a_long_links_delay_is_paid_per_round_not_per_message():
+    """Beyond what a message costs the hosts (cost.h kMessageCost), alpha is the link's delay:
+    the messages of one round pay it once, together. At a 100 ms round trip the fewest rounds
+    win (the direct exchange's one for a small call, SRA's two for a large one: the ring's bytes
+    without its 2(n-1) steps); on a short link nothing changes (the star's few messages)."""
+    n, far = 4, 0.1  # alpha of a ring step over a 100 ms round trip
+    assert C.best_dense(MIB, n, alpha=far, inv_bw=GBIT) == "direct"
+    assert C.best_dense(64 * MIB, n, alpha=far, inv_bw=GBIT) == "sra"
+    assert C.best_dense(256 * MIB, n, alpha=far, inv_bw=GBIT) == "sra"
+    # one round trip a round: the n-1 sends of the direct exchange's round ride along
+    direct = C.predict_dense("direct", 8, n, alpha=far, inv_bw=GBIT, reduce=0.0)
+    assert far <= direct["latency"] < 1.05 * far
+    ring = C.predict_dense("ring", 64 * MIB, n, alpha=far, inv_bw=GBIT)
+    assert ring["latency"] > 2 * (n - 1) * 0.95 * far
+    # short links: the hosts' part is all of alpha, as before (rounds and sends alike)
+    for a in ("star", "ring", "direct", "sra"):
+        near = C.predict_dense(a, 8, n, alpha=1e-4, inv_bw=GBIT)
+        assert near["messages"] == pytest.approx(C.predict_dense(a, 8, n, alpha=2e-3, inv_bw=GBIT)["messages"]), a
+    assert C.best_dense(8, n, alpha=1e-4, inv_bw=GBIT) == "star"
+
+
+def test_sra_sends_ahead_on_a_long_link():
+    """Compressed SRA's segments each waited a step for the one before; on a long link they are
+    all sent before the first wait (CompressedCall::sends_ahead), so the call pays the delay once
+    per phase: its latency no longer grows with the segments."""
+    far = 0.1
+    small, big = (C.predict("q4", "sra", b, 4, far, GBIT, 1 / 4e9, SPEED) for b in (4 * MIB, 256 * MIB))
+    assert big["segments"] > 8 * small["segments"]
+    assert big["latency"] < 1.1 * small["latency"] < 4 * far
+    near = C.predict("q4", "sra", 256 * MIB, 4, 1e-4, GBIT, 1 / 4e9, SPEED)  # lag of one step: a round a segment
+    assert near["messages"] > near["segments"]

@@ -61,7 +61,7 @@ def test_device_branches_nonfinite(codec, algo):
 
 
 @pytest.mark.parametrize("n", WORLDS)
-@pytest.mark.parametrize("algo", ("ring", "rd", "direct", "star", "hd", "tree"))
+@pytest.mark.parametrize("algo", ("ring", "rd", "direct", "star", "sra", "hd", "tree"))
 def test_device_branches_dense(n, algo):
     for dtype, op in ((torch.float32, "sum"), (torch.float16, "max"), (torch.int32, "bxor"), (torch.bool, "sum")):
         xs = dense_inputs(("device", n, algo, str(dtype), op), n, 1001, dtype, op)

@@ -37,7 +37,7 @@ WORLDS = (8, 12, 16, 24, 32, 64)
 CODECS = DENSE_CODECS + SPARSE_CODECS
 QUANTIZERS = ("q8", "q4", "q2", "q1")
 CHEAP = tuple(c for c in CODECS if c not in QUANTIZERS)  # casts, none and the sparse codecs
-DENSE_ALGOS = ("ring", "rd", "hd", "tree", "direct", "star", "auto")
+DENSE_ALGOS = ("ring", "rd", "hd", "tree", "direct", "star", "sra", "auto")
 BELOW, UNEVEN = 5, 1001  # fewer elements than ranks; odd, and 1001 % n != 0 for every n here
 LAYOUTS = ((8, 8), (4, 12), (2, 16), (16, 4))
 

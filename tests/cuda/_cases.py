@@ -261,7 +261,7 @@ def cases(ws: int) -> dict:
     add("all_reduce/n=0", all_reduce, dt=torch.float32, opname="SUM", kind="int", n=0)
     add("all_reduce/n=1", all_reduce, dt=torch.float32, opname="SUM", kind="int", n=1)
     add("all_reduce/noncontig", all_reduce, dt=torch.float32, opname="SUM", kind="int", noncontig=True)
-    for algo in ("ring", "rd", "direct", "star", "hd", "tree"):
+    for algo in ("ring", "rd", "direct", "star", "sra", "hd", "tree"):
         add(f"all_reduce/{algo}/float32", all_reduce, dt=torch.float32, opname="SUM", kind="int", n=100_003, algo=algo)
         add(f"all_reduce/{algo}/int32/BXOR", all_reduce, dt=torch.int32, opname="BXOR", kind="bits", algo=algo)
     for codec in CODECS:

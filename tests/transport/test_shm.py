@@ -310,7 +310,7 @@ def test_random_traffic(ws, seed):
 
 # ---- collectives over the transport ----------------------------------------------------------
 
-DENSE = ["ring", "rd", "hd", "tree", "direct", "star"]
+DENSE = ["ring", "rd", "hd", "tree", "direct", "star", "sra"]
 COUNTS = [1, 1000, (1 << 20) + 3]
 
 

@@ -11,7 +11,11 @@
 //      every peer (one fused pass: Compute::reduce_encode);
 //   C. decodes the owners' segments s-2 (received in step s).
 // So the codec of one segment runs while others are on the wire, and every step waits only for
-// data its peers sent the step before.
+// data its peers sent the step before. With CompressedCall::sends_ahead (a long link) B and C
+// lag A by all the segments instead of one (step s: A(s), B(s - L), C(s - 2L)): every segment
+// is on its way before the first wait, and the call waits for the link's delay once per phase,
+// not once per segment. The same work on the same bytes in the same order per segment: the same
+// bits.
 #include <memory>
 #include <vector>
 
@@ -59,16 +63,20 @@ bool sra(Comm& c, float* data, size_t count, const CompressedCall& call, bool ga
   size_t iterations = 0;
   for (int i = 0; i < n; ++i) iterations = std::max(iterations, g.count(i));
   Schedule sch;
-  sch.steps = static_cast<int>(iterations) + (gather ? 2 : 1);
+  const bool eager = lookahead(c, Schedule::kAnyAhead) > 0;  // a grouped executor runs lag 1 only
+  const int L = call.sends_ahead && eager ? static_cast<int>(std::max<size_t>(1, iterations)) : 1;
+  sch.lag = L;
+  sch.steps = static_cast<int>(iterations) + (gather ? 2 : 1) * L;
   sch.recvs = [&](int s, std::vector<Xfer>& q) {
-    const size_t t = s - 1;
-    for (int j = 0; s >= 1 && t < g.count(r) && j < n; ++j)
+    const size_t t = s - L;
+    for (int j = 0; s >= L && t < g.count(r) && j < n; ++j)
       if (j != r)
         q.push_back({reduce_in[j].get() + g.bytes[r][t], g.nbytes(r, t), j, static_cast<uint32_t>(t),
                      "compressed scatter-reduce receive from"});
-    for (int j = 0; gather && s >= 2 && j < n; ++j)
-      if (j != r && s - 2 < static_cast<int>(g.count(j)))
-        q.push_back({gather_in[j].get() + g.bytes[j][s - 2], g.nbytes(j, s - 2), j, kGatherStep | (s - 2),
+    const int u = s - 2 * L;
+    for (int j = 0; gather && u >= 0 && j < n; ++j)
+      if (j != r && u < static_cast<int>(g.count(j)))
+        q.push_back({gather_in[j].get() + g.bytes[j][u], g.nbytes(j, u), j, kGatherStep | u,
                      "compressed allgather receive from"});
   };
   sch.body = [&](int s, Step& st) {
@@ -83,9 +91,9 @@ bool sra(Comm& c, float* data, size_t count, const CompressedCall& call, bool ga
       encode_segment(i, it, key(call, c, r, 0));
       st.send(mine[i].get() + g.bytes[i][it], g.nbytes(i, it), i, static_cast<uint32_t>(it), send_what);
     }
-    size_t next = 0;                       // this step's next receive
-    if (it >= 1 && it - 1 < g.count(r)) {  // B
-      const size_t t = it - 1, e = g.elem[r][t];
+    size_t next = 0;                            // this step's next receive
+    if (s >= L && it - L < g.count(r)) {  // B
+      const size_t t = it - L, e = g.elem[r][t];
       if (gather) {  // every peer's segment, then add, encode and decode in one trip through memory
         in.clear();
         keys.clear();
@@ -114,8 +122,8 @@ bool sra(Comm& c, float* data, size_t count, const CompressedCall& call, bool ga
         }
       }
     }
-    if (gather && it >= 2) {  // C
-      const size_t t = it - 2;
+    if (gather && s >= 2 * L) {  // C
+      const size_t t = it - 2 * L;
       for (int j = 0; j < n; ++j) {
         if (j == r || t >= g.count(j)) continue;
         st.wait(next++);

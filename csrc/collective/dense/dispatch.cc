@@ -15,6 +15,7 @@ void allreduce(Comm& c, Buf data, RedOp op, AllreduceAlgo algo) {
     case AllreduceAlgo::Star: return star_allreduce(c, data, op);
     case AllreduceAlgo::HalvingDoubling: return hd_allreduce(c, data, op);
     case AllreduceAlgo::Tree: return tree_allreduce(c, data, op);
+    case AllreduceAlgo::Sra: return sra_allreduce(c, data, op);
     case AllreduceAlgo::Auto: break;
   }
   RZ_CHECK(false, "allreduce: no algorithm chosen (the planner settles \"auto\" before a call runs)");

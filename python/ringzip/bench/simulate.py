@@ -236,7 +236,7 @@ def _kernels_for(args):
     return lambda codec, size: cpu_kernels(rows, codec, size)
 
 
-DENSE_ALGORITHMS = ("auto", "ring", "rd", "hd", "tree", "direct", "star")
+DENSE_ALGORITHMS = ("auto", "ring", "rd", "hd", "tree", "direct", "star", "sra")
 
 
 def applies(codec: str, algorithm: str) -> bool:

@@ -98,7 +98,7 @@ def allreduce(xs, op="sum", algo="auto", seq=0):
     algo = choose_allreduce(count * d[0].element_size(), n, algo)
     if n == 1 or (count == 0 and algo != "ring"):
         return d
-    if algo in ("ring", "direct", "star"):  # direct and star fold each part in the ring's order
+    if algo in ("ring", "direct", "star", "sra"):  # the others fold each part in the ring's order
         return ring_allgather(ring_reduce_scatter(d, op))
     if algo == "tree":
         return _tree_allreduce(d, op)
