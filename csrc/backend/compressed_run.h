@@ -38,7 +38,7 @@ inline CompressedCall call_of(const CompressionConfig& cc, const Compression::Ca
   call.algo = cc.algorithm;
   call.topk_block = static_cast<size_t>(cc.topk_block);
   call.segment_elems = cc.segment_elems;
-  call.sends_ahead = cc.sends_ahead;
+  call.lag = cc.lag;
   call.values_rule = cc.values_rule;
   return call;
 }

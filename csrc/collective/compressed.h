@@ -37,10 +37,11 @@ struct CompressedCall {
   // SRA's segment length in elements (compressed/layout.h); 0: kSegmentElems. The same on every
   // rank (message sizes follow it); the bits of the result do not depend on it.
   size_t segment_elems = 0;
-  // SRA sends every segment toward its owner before it adds any it received (schedule lag: all
-  // segments), where the link's delay, not its rate or the codec, makes a step wait: the
-  // segments' delays then overlap instead of adding up (cost::sends_ahead). Bits unchanged.
-  bool sends_ahead = false;
+  // How many segments SRA's reductions and decodes run behind its sends (Schedule::lag): 1, the
+  // next step, unless a long link's delay makes each step wait; there enough segments to cover
+  // the delay, which then overlaps across segments instead of adding up (cost::sra_lag). The
+  // same on every rank; the bits do not depend on it. Host transports only (1 elsewhere).
+  size_t lag = 1;
   // The dense algorithm of random-k's exact all-reduce of its k values, by their bytes and the
   // ranks (the planner's rule, handed down so this layer decides nothing).
   using DenseRule = AllreduceAlgo (*)(size_t bytes, int ranks);

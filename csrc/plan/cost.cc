@@ -174,12 +174,16 @@ Estimate sra(const codec::Spec& s, size_t count, int n, const Link& l, const Cod
   // Per segment: n-1 encodes, n-1 decodes and the own part's; with the gather the own part's
   // encode and the n-1 decodes of the others' (one pass each per message).
   const double launches = segs * (phases * (n - 1) + 1);
-  // One step per segment, each waiting for what the step before sent; sent ahead, the segments
-  // wait for the link's delay together, once per phase.
-  const double rounds = sends_ahead(l) ? phases + 1 : segs + phases;
-  return segmented(combine(latency_units(l, rounds, phases * (n - 1) * segs), phases * (n - 1) * enc, compute,
-                           (segs - 1) / (segs + 1), l, -1, launches),
-                   segs);
+  // One step per segment, each waiting for what the step before sent; with a lag of L segments
+  // they wait for the link's delay once per L (sra_lag).
+  auto with_rounds = [&](double rounds) {
+    return segmented(combine(latency_units(l, rounds, phases * (n - 1) * segs), phases * (n - 1) * enc, compute,
+                             (segs - 1) / (segs + 1), l, -1, launches),
+                     segs);
+  };
+  const Estimate stepwise = with_rounds(segs + phases);
+  const double lag = static_cast<double>(sra_lag(stepwise, l));
+  return lag > 1 ? with_rounds(phases + std::ceil(segs / lag)) : stepwise;
 }
 
 // Compressed ring (collective/compressed/ring.cc): n-1 hops re-encoding the partial sum, then
@@ -212,6 +216,13 @@ Estimate sparse(const codec::Spec& s, size_t count, int n, const Link& l, const 
 }
 
 }  // namespace
+
+size_t sra_lag(const Estimate& sra, const Link& l) {
+  if (l.alpha <= kMessageCost || sra.segments <= 1) return 1;
+  const double step = std::max(sra.wire, sra.compute) / sra.segments;
+  const double cover = step > 0 ? std::ceil(0.5 * l.alpha / step) : sra.segments;
+  return static_cast<size_t>(std::min(1 + cover, sra.segments));
+}
 
 size_t sra_segment_elems(const Estimate& sra) {
   return sra.compute > sra.wire ? compressed::kCoarseSegmentElems : compressed::kSegmentElems;

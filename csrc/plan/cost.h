@@ -53,11 +53,6 @@ struct Link {
 // Half the round trip at which the TCP transport stripes (transport/gloo/gloo_transport.h).
 constexpr double kMessageCost = 2.5e-3;
 
-// Whether SRA sends every segment toward its owner before it adds the first it received
-// (CompressedCall::sends_ahead): where a step's wait is mostly the link's delay. There the
-// pipeline's one-step lag made every segment wait its own delay (64 MiB in q4 at a 100 ms round
-// trip: 10 steps of ~50 ms).
-inline bool sends_ahead(const Link& l) { return l.alpha > kMessageCost; }
 
 // One codec on this host, in seconds per byte of float32 input of each pass.
 struct CodecSpeed {
@@ -123,6 +118,13 @@ Estimate compressed_allreduce(CompressedAlgo a, const codec::Spec& s, size_t cou
 // link bounds them and they keep the short segments (docs/algorithms.md). `sra`: the model's
 // estimate of the SRA call (compressed_allreduce / compressed_reduce_scatter).
 size_t sra_segment_elems(const Estimate& sra);
+// How many segments SRA's reductions run behind its sends (CompressedCall::lag) for a call the
+// model estimates `sra`: 1 (the next step) unless alpha is mostly a long link's delay; there
+// enough segments that their own time covers the one-way delay (alpha / 2: over Gloo a probe
+// round is a round trip, its message waiting for the receiver's word). A lag of one made every
+// segment wait its own delay (64 MiB in q4 at a 100 ms round trip: 10 steps of ~50 ms); a lag
+// of all of them left the codec unhidden at 20 ms (q4 1.7x slower there).
+size_t sra_lag(const Estimate& sra, const Link& l);
 // SRA's first phase alone (compressed reduce-scatter).
 Estimate compressed_reduce_scatter(const codec::Spec& s, size_t count, int n, const Link& l, const CodecSpeed& cs,
                                    bool feedback);

@@ -145,7 +145,7 @@ struct CompressionConfig {
   int64_t topk_block = codec::kTopkBlock;  // top-k selects per block of this many elements; 0: whole tensor
   // Set per call by its plan (Planner::settle): SRA's segments (CompressedCall::segment_elems).
   size_t segment_elems = 0;
-  bool sends_ahead = false;  // CompressedCall::sends_ahead
+  size_t lag = 1;  // CompressedCall::lag
   // The rule random-k's exact all-reduce of its values follows (Planner::configure sets the
   // planner's, once).
   CompressedCall::DenseRule values_rule = nullptr;

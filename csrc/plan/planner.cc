@@ -139,7 +139,7 @@ void Planner::settle(Comm& c, const Call& call, Plan& p) {
     run.parsed = chosen.spec;
     run.algorithm = p.choice.algo;
     run.segment_elems = p.choice.segment_elems;
-    run.sends_ahead = p.choice.sends_ahead;
+    run.lag = p.choice.lag;
     p.dense = p.choice.dense;
   } else {
     run = as_named(run);
@@ -157,7 +157,7 @@ void Planner::settle(Comm& c, const Call& call, Plan& p) {
       p.choice =
           tuner(call.device).codec(c, shape, {{run.codec, run.parsed}}, CompressedAlgo::Sra, p.dense, run.feedback());
       run.segment_elems = p.choice.segment_elems;
-      run.sends_ahead = p.choice.sends_ahead;
+      run.lag = p.choice.lag;
     }
   }
   if (p.dense == AllreduceAlgo::Auto) p.dense = AllreduceAlgo::Ring;  // not run: exact ways are concrete

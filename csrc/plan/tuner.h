@@ -68,7 +68,7 @@ class Tuner {
     size_t codec = 0;                           // index into the candidates; 0 = exact
     CompressedAlgo algo = CompressedAlgo::Sra;  // compressed calls
     size_t segment_elems = 0;                   // SRA's (cost::sra_segment_elems); 0: the default
-    bool sends_ahead = false;                   // SRA's (cost::sends_ahead)
+    size_t lag = 1;                             // SRA's (cost::sra_lag)
     cost::Estimate est;                         // the model's
     double predicted = 0;                       // what the choice used (calibrated where measured)
     double codec_raw = 0;                       // codec seconds predicted from the micro-benchmarks alone

@@ -282,7 +282,7 @@ Tuner::Plan Tuner::codec(Comm& c, const Shape& s, const std::vector<CodecCandida
     if (resolve_compressed(chosen.spec, p.algo) == CompressedAlgo::Sra)  // from agreed figures: the same on every rank
     {
       p.segment_elems = cost::sra_segment_elems(p.est);
-      p.sends_ahead = cost::sends_ahead(link_);
+      p.lag = cost::sra_lag(p.est, link_);
     }
   }
   std::map<std::string, double> by_used, by_model;  // per candidate: its best way

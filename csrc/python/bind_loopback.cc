@@ -230,7 +230,7 @@ std::pair<Tensors, std::optional<Tensors>> compressed(const std::string& op, con
                                                       uint64_t seed, uint32_t rng_seq, size_t topk_block,
                                                       int64_t bucket, const std::string& rounding,
                                                       std::optional<Tensors> residuals, size_t segment_elems,
-                                                      bool sends_ahead, const Run& run) {
+                                                      size_t lag, const Run& run) {
   Tensors w = copies(inputs, "inputs");
   const int n = static_cast<int>(w.size());
   for (const auto& t : w)
@@ -244,7 +244,7 @@ std::pair<Tensors, std::optional<Tensors>> compressed(const std::string& op, con
   base.values_rule = &rule_dense;
   base.topk_block = topk_block;
   base.segment_elems = segment_elems;
-  base.sends_ahead = sends_ahead;
+  base.lag = lag;
   std::optional<Tensors> res;
   if (residuals) {
     res = copies(*residuals, "residuals");
@@ -373,23 +373,23 @@ void bind_loopback(py::module_& m) {
       [](const std::string& op, const Tensors& inputs, const std::string& codec, const std::string& mode,
          const std::string& algorithm, uint64_t seed, uint32_t rng_seq, uint32_t seq, size_t topk_block, int64_t bucket,
          const std::string& rounding, std::optional<Tensors> residuals, int64_t timeout_ms,
-         std::optional<std::vector<int>> nodes, bool routed, size_t segment_elems, bool sends_ahead,
+         std::optional<std::vector<int>> nodes, bool routed, size_t segment_elems, size_t lag,
          const std::string& compute, py::object trace) {
         Recorder rec{trace};
         auto out = compressed(op, inputs, codec, algorithm, seed, rng_seq, topk_block, bucket, rounding, residuals,
-                              segment_elems, sends_ahead, rec.with(Run{mode, seq, timeout_ms, nodes, routed, compute}));
+                              segment_elems, lag, rec.with(Run{mode, seq, timeout_ms, nodes, routed, compute}));
         return out;
       },
       "op"_a, "inputs"_a, "codec"_a, "mode"_a = "eager", "algorithm"_a = "auto", "seed"_a = 0, "rng_seq"_a = 0,
       "seq"_a = 0, "topk_block"_a = size_t(codec::kTopkBlock), "bucket"_a = codec::kBucketSize,
       "rounding"_a = "stochastic", "residuals"_a = py::none(), "timeout_ms"_a = 60000, "nodes"_a = py::none(),
-      "routed"_a = false, "segment_elems"_a = 0, "sends_ahead"_a = false, "compute"_a = "host", "trace"_a = py::none(),
+      "routed"_a = false, "segment_elems"_a = 0, "lag"_a = 1, "compute"_a = "host", "trace"_a = py::none(),
       "Compressed SUM of float32 inputs (op allreduce or reduce_scatter) with a codec string, algorithm\n"
       "(auto, ring, sra, sparse), seed, rng_seq (CompressedCall.rng_seq), bucket, rounding (stochastic or\n"
       "nearest), topk_block, optional error-feedback residuals (one per rank) and nodes (the node of every rank:\n"
       "node-aware, collective/hierarchy/; with routed=True flat over per-node hubs instead, as in collective()),\n"
-      "segment_elems (SRA's segment length, CompressedCall.segment_elems; 0: the default), sends_ahead\n"
-      "(CompressedCall.sends_ahead: SRA's segments all sent before the first wait), trace (as in\n"
+      "segment_elems (SRA's segment length, CompressedCall.segment_elems; 0: the default), lag\n"
+      "(CompressedCall.lag: segments SRA's reductions run behind its sends), trace (as in\n"
       "collective()).\n"
       "Returns (outputs, residuals).");
 }

@@ -275,13 +275,19 @@ def test_a_long_links_delay_is_paid_per_round_not_per_message():
     assert C.best_dense(8, n, alpha=1e-4, inv_bw=GBIT) == "star"
 
 
-def test_sra_sends_ahead_on_a_long_link():
-    """Compressed SRA's segments each waited a step for the one before; on a long link they are
-    all sent before the first wait (CompressedCall::sends_ahead), so the call pays the delay once
-    per phase: its latency no longer grows with the segments."""
-    far = 0.1
-    small, big = (C.predict("q4", "sra", b, 4, far, GBIT, 1 / 4e9, SPEED) for b in (4 * MIB, 256 * MIB))
-    assert big["segments"] > 8 * small["segments"]
-    assert big["latency"] < 1.1 * small["latency"] < 4 * far
+def test_sra_runs_its_reductions_behind_its_sends_on_a_long_link():
+    """Compressed SRA's segments each waited a step for the one before: a one-way delay each on a
+    long link. There its reductions run enough segments behind its sends that the segments' own
+    time covers the delay (CompressedCall::lag): the call waits for it once per lag, not once a
+    segment. On a short link, or a call of one segment, the lag stays one step."""
+    far = 0.1  # alpha of a 100 ms round trip
+    big = C.predict("q4", "sra", 256 * MIB, 4, far, GBIT, 1 / 4e9, SPEED)
+    lag = C.sra_lag("q4", 256 * MIB, 4, far, GBIT, SPEED)
+    step = max(big["wire"], big["compute"]) / big["segments"]
+    assert 1 < lag < big["segments"] and (lag - 1) * step >= far / 2 > (lag - 2) * step, (lag, step)
+    assert big["latency"] < 0.4 * (big["segments"] + 2) * far  # not a delay per segment
+    assert C.sra_lag("q4", 256 * MIB, 4, 0.2, GBIT, SPEED) > lag  # a longer delay, more segments ahead
+    assert C.sra_lag("q4", 256 * MIB, 4, 1e-4, GBIT, SPEED) == 1  # short link
+    assert C.sra_lag("q4", MIB, 4, far, GBIT, SPEED) == 1  # one segment
     near = C.predict("q4", "sra", 256 * MIB, 4, 1e-4, GBIT, 1 / 4e9, SPEED)  # lag of one step: a round a segment
     assert near["messages"] > near["segments"]

@@ -177,24 +177,24 @@ def test_compressed_sra_segments(mode, n, codec, bucket, size, stochastic, ef):
     check_allreduce(mode, n, codec, "sra", size, ef, bucket=bucket, stochastic=stochastic)
 
 
-# SRA's segment length is planned per call (cost::sra_segment_elems), and on a long link every
-# segment is sent before the first wait (cost::sends_ahead): the bits of the result and of the
+# SRA's segment length is planned per call (cost::sra_segment_elems), and on a long link its
+# reductions run segments behind its sends (cost::sra_lag): the bits of the result and of the
 # residuals must depend on neither, only the number and order of messages.
 @pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("ahead", (False, True), ids=("lag1", "ahead"))
+@pytest.mark.parametrize("lag", (1, 2, 1 << 20), ids=("lag1", "lag2", "all"))
 @pytest.mark.parametrize("n,codec,bucket,size,segment", [
     (3, "q4", 512, 3 * 5000 + 2, 1024),          # many segments of two buckets, uneven parts
     (3, "q2", 1000, 3 * 7001, 2500),             # asked length not a multiple of the bucket: 2 buckets
     (2, "q8", 512, 2 * (2 * SEG + 1), 4 * SEG),  # the coarse length: one segment per part
 ])
-def test_compressed_sra_segment_length(mode, n, codec, bucket, size, segment, ahead):
+def test_compressed_sra_segment_length(mode, n, codec, bucket, size, segment, lag):
     xs, res = gen(case_seed(n, size, bucket, 3), n, size), gen(case_seed(n, size, bucket, 4), n, size, 0.05)
     args = dict(seed=11, rng_seq=5, bucket=bucket)
     want, want_res = RC.compressed_allreduce(xs, codec, "sra", residuals=res, **args)
     out, new_res = L.compressed("allreduce", xs, codec, mode=mode, algorithm="sra", residuals=res,
-                                segment_elems=segment, sends_ahead=ahead, **args)
-    same(out, want, f"{codec} sra, segments of {segment}, {mode}, ahead {ahead}")
-    same(new_res, want_res, f"{codec} sra, segments of {segment}, {mode}, ahead {ahead}, residual")
+                                segment_elems=segment, lag=lag, **args)
+    same(out, want, f"{codec} sra, segments of {segment}, {mode}, lag {lag}")
+    same(new_res, want_res, f"{codec} sra, segments of {segment}, {mode}, lag {lag}, residual")
 
 
 @pytest.mark.parametrize("mode", MODES)

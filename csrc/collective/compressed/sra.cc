@@ -11,11 +11,12 @@
 //      every peer (one fused pass: Compute::reduce_encode);
 //   C. decodes the owners' segments s-2 (received in step s).
 // So the codec of one segment runs while others are on the wire, and every step waits only for
-// data its peers sent the step before. With CompressedCall::sends_ahead (a long link) B and C
-// lag A by all the segments instead of one (step s: A(s), B(s - L), C(s - 2L)): every segment
-// is on its way before the first wait, and the call waits for the link's delay once per phase,
-// not once per segment. The same work on the same bytes in the same order per segment: the same
+// data its peers sent the step before. With CompressedCall::lag L > 1 (a long link) B and C lag
+// A by L segments instead of one (step s: A(s), B(s - L), C(s - 2L)): L segments are on their
+// way before the first wait, and the call waits for the link's delay once per L segments, not
+// once per segment. The same work on the same bytes in the same order per segment: the same
 // bits.
+#include <algorithm>
 #include <memory>
 #include <vector>
 
@@ -64,7 +65,7 @@ bool sra(Comm& c, float* data, size_t count, const CompressedCall& call, bool ga
   for (int i = 0; i < n; ++i) iterations = std::max(iterations, g.count(i));
   Schedule sch;
   const bool eager = lookahead(c, Schedule::kAnyAhead) > 0;  // a grouped executor runs lag 1 only
-  const int L = call.sends_ahead && eager ? static_cast<int>(std::max<size_t>(1, iterations)) : 1;
+  const int L = eager ? static_cast<int>(std::clamp<size_t>(call.lag, 1, std::max<size_t>(1, iterations))) : 1;
   sch.lag = L;
   sch.steps = static_cast<int>(iterations) + (gather ? 2 : 1) * L;
   sch.recvs = [&](int s, std::vector<Xfer>& q) {
