@@ -50,9 +50,8 @@ struct Link {
 // The most of a message's alpha that is the hosts' own cost (thread wake-ups, copies; 30 us to
 // 1.7 ms measured on this project's machines, the latter under ASan): beyond it alpha is a
 // link's delay, which messages sent in one round pay once, together (cost.cc latency_units).
-// Half the round trip at which the TCP transport stripes (transport/gloo/gloo_transport.h).
-constexpr double kMessageCost = 2.5e-3;
-
+// Half the long round trip at which a transport stripes: the tuner hands it 2 x alpha.
+constexpr double kMessageCost = Transport::kLongRoundTrip / 2;
 
 // One codec on this host, in seconds per byte of float32 input of each pass.
 struct CodecSpeed {

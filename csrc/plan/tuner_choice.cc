@@ -279,8 +279,7 @@ Tuner::Plan Tuner::codec(Comm& c, const Shape& s, const std::vector<CodecCandida
   const CodecCandidate& chosen = candidates[p.codec];
   if (chosen.spec.kind != codec::Kind::None) {  // what the micro-benchmarks alone predict: observe() scales it
     p.codec_raw = cost::predict(chosen.spec, p.algo, p.dense, prob, link_, codecs_.at(chosen.name)).compute;
-    if (resolve_compressed(chosen.spec, p.algo) == CompressedAlgo::Sra)  // from agreed figures: the same on every rank
-    {
+    if (resolve_compressed(chosen.spec, p.algo) == CompressedAlgo::Sra) {  // agreed figures: alike on every rank
       p.segment_elems = cost::sra_segment_elems(p.est);
       p.lag = cost::sra_lag(p.est, link_);
     }

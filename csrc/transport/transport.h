@@ -58,6 +58,10 @@ class Transport {
   // model's figures, at the same call on every rank): a transport whose connections are held to
   // a window per round trip sizes its parallelism by it (transport/gloo/).
   virtual void set_round_trip(double seconds) {}
+  // The round trip from which a link counts as long: a transport stripes there, and the cost
+  // model takes the part of a message's time beyond half of it for the link's delay
+  // (plan/cost.h kMessageCost). A 4 MiB send window carries 6.7 Gbit/s at it.
+  static constexpr double kLongRoundTrip = 5e-3;
   // The transport's own collectives (NCCL's), or null (host transports).
   virtual NativeCollectives* native() { return nullptr; }
   // A hand-off between threads of one rank inside a schedule (the node-aware pipeline): point

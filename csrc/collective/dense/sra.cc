@@ -31,7 +31,8 @@ void sra_allreduce(Comm& c, Buf data, RedOp op) {
   // Every receive has a place of its own, so all are posted before the first send: over a
   // long link a receive posted late costs its message a round trip more (Gloo moves a message
   // once the receiver said it is ready). The result lands in place: it can only come after
-  // its owner had this rank's part, so the send of that part is done by then.
+  // its owner had this rank's part, so the send of that part is done by then; the executor
+  // waits for it at the schedule's end.
   sch.recvs = [&](int s, std::vector<Xfer>& q) {
     for (int k = 1; k < n; ++k) {
       const int peer = (r + k) % n;
@@ -52,10 +53,6 @@ void sra_allreduce(Comm& c, Buf data, RedOp op) {
       for (int k = 2; k < n; ++k) c.dev.reduce_into(data.dtype, op, slot(k), slot(k - 1), len);
       c.dev.reduce_into(data.dtype, op, part(r), slot(n - 1), len);
       for (int k = 1; k < n; ++k) st.send(part(r), mine, (r + k) % n, 1, "sra result to");
-    } else {
-      size_t i = 0;
-      for (int k = 1; k < n; ++k)
-        if (part_bytes((r + k) % n)) st.wait(i++);
     }
   };
   run(c, sch);

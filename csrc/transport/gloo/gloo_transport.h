@@ -33,7 +33,6 @@ class GlooTransport final : public Transport {
   // at 1 Gbit/s without delay, docs/performance.md). Until the ranks agree on one, messages travel
   // whole, as over one connection: the cost model's first probe measures the link as it is.
   void set_round_trip(double seconds) override { long_ = seconds >= kLongRoundTrip; }
-  static constexpr double kLongRoundTrip = 5e-3;  // where a 4 MiB window carries 6.7 Gbit/s
 
   // Stripes are at least this long: below it a connection's per-message cost outweighs what
   // a second window adds.
