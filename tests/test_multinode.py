@@ -93,4 +93,4 @@ def test_torchrun_two_machines(tmp_path, delay_s):
     assert len({h for _, _, h in found}) == 1, f"replicas differ: {found}"
     hosts = [h for _, h, _ in found]
     assert sorted(hosts.count(h) for h in set(hosts)) == [PER_NODE] * NODES, f"ranks per machine: {found}"
-    assert re.search(r"OK: 4 ranks.*; 2 nodes x 2 ranks, node-aware, transport shm\+gloo", out), out[-3000:]
+    assert re.search(r"OK: 4 ranks.*; 2 nodes x 2 ranks, node-aware, transport shm\+tcp", out), out[-3000:]

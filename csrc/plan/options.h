@@ -20,7 +20,7 @@ namespace ringzip {
 
 // Below this many elements (256 KiB of float32) compression loses to exact (bench/results).
 constexpr int64_t kMinNumel = 65536;
-// TCP connections to each peer (transport/gloo/): one carries its send buffer per round trip
+// TCP connections to each peer (transport/tcp/, transport/gloo/): one carries its send buffer per round trip
 // (4 MiB by default). One by default: on emulated 20-200 ms links 8 made exact 64 MiB calls
 // 1.3-2.5x faster, compressed ones no faster (q8 up to 1.6x slower) (docs/performance.md).
 constexpr int64_t kConnections = 1, kMaxConnections = 64;
@@ -53,7 +53,7 @@ enum class HierarchyMode : uint8_t { Auto, Node, Flat };
 // group usable afterwards.
 enum class CheckMode : uint8_t { Off, On, Auto };
 
-enum class TransportMode : uint8_t { Auto, Gloo, Shm };
+enum class TransportMode : uint8_t { Auto, Gloo, Shm, Tcp };
 
 // ---- every setting's names: the first name of a value is the one it is shown by ----------------
 template <class E>
@@ -88,7 +88,8 @@ inline constexpr Named<CheckMode> kChecks[] = {
 };
 inline constexpr Named<bool> kRoundings[] = {{"stochastic", true}, {"nearest", false}};
 inline constexpr Named<TransportMode> kTransports[] = {
-    {"auto", TransportMode::Auto}, {"gloo", TransportMode::Gloo}, {"shm", TransportMode::Shm}};
+    {"auto", TransportMode::Auto}, {"gloo", TransportMode::Gloo}, {"shm", TransportMode::Shm},
+    {"tcp", TransportMode::Tcp}};
 
 template <class E, size_t N>
 const Named<E>* find_name(const Named<E> (&table)[N], const std::string& s) {

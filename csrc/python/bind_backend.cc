@@ -7,6 +7,7 @@
 #include "python/bindings.h"
 #include "transport/gloo/gloo_transport.h"
 #include "transport/shm/shm_transport.h"
+#include "transport/tcp/tcp_transport.h"
 
 namespace py = pybind11;
 
@@ -109,6 +110,18 @@ void bind_backend(py::module_& m) {
              return c10::make_intrusive<RingzipBackend>(std::make_unique<GlooTransport>(gloo), cfg);
            }),
            py::arg("gloo"), py::arg("timeout"), py::arg("group_name"), py::call_guard<py::gil_scoped_release>())
+      // Over ringzip's own TCP transport (transport/tcp/): `store` is private to it.
+      .def(py::init([](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                       std::chrono::milliseconds timeout, const std::string& group_name, const std::string& address,
+                       int connections) {
+             Config cfg;
+             cfg.timeout = timeout;
+             cfg.group_name = group_name;
+             return c10::make_intrusive<RingzipBackend>(
+                 make_tcp_transport(store, rank, size, timeout, TcpOptions{address, connections}), cfg);
+           }),
+           py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"), py::arg("group_name"),
+           py::arg("address"), py::arg("connections"), py::call_guard<py::gil_scoped_release>())
       .def("enable_mismatch_watch", &RingzipBackend::enable_mismatch_watch, py::arg("store"),
            py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("broken_reason", &RingzipBackend::broken_reason)

@@ -48,13 +48,14 @@ void bind_options(py::module_& m) {
       .def_readwrite("seed", &GroupOptions::seed,
                      "seed of stochastic rounding and random-k selection (same on all ranks).")
       .def_readwrite("transport", &GroupOptions::transport,
-                     "``auto``: CPU tensors between ranks of one node through shared memory (Gloo over loopback when "
-                     "it cannot be set up, with a warning), all other CPU traffic through Gloo (TCP), CUDA tensors "
-                     "through NCCL when this build has CUDA. ``shm``: the same, but a node whose shared memory cannot "
-                     "be set up is an error. ``gloo``: everything through Gloo (CUDA tensors host-staged). Fixed when "
-                     "the group is created.")
+                     "``auto``: CPU tensors between ranks of one node through shared memory (TCP over loopback when "
+                     "it cannot be set up, with a warning), all other CPU traffic through ringzip's own TCP "
+                     "transport, CUDA tensors through NCCL when this build has CUDA. ``shm``: the same, but a node "
+                     "whose shared memory cannot be set up is an error. ``tcp``: all traffic through ringzip's TCP "
+                     "(CUDA tensors host-staged). ``gloo``: all traffic through torch's Gloo (CUDA tensors "
+                     "host-staged). Fixed when the group is created.")
       .def_readwrite("connections", &GroupOptions::connections,
-                     "TCP connections to each peer (CPU traffic between machines, through Gloo; default 1). Where "
+                     "TCP connections to each peer (CPU traffic between machines; default 1). Where "
                      "the ranks measured a round trip of 5 ms or more, a collective's message of at least 1 MiB "
                      "travels striped over up to this many, so that a long link is not held to one connection's "
                      "send buffer per round trip; all connect when the group is created. Rank 0's value "

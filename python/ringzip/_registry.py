@@ -11,7 +11,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed import PrefixStore
 
-from . import _C, _topology
+from . import _C, _network, _topology
 from .options import Options
 
 log = logging.getLogger("ringzip")
@@ -102,13 +102,18 @@ def _split(store, rank: int, size: int, timeout: timedelta, group_name: str, par
 def _build(group_store, rank: int, size: int, timeout, group_name: str, opts: Options):
     if not isinstance(timeout, timedelta):
         timeout = timedelta(seconds=float(timeout))
-    # The transport gets its own corner of the group's store, so it never meets other backends' keys.
-    store = PrefixStore("ringzip/transport/", group_store)
-    gloo = [dist.ProcessGroupGloo(store, rank, size, timeout)]
     connections = _agreed_connections(group_store, rank, size, opts.connections)
-    gloo += [_pool_gloo(PrefixStore(f"ringzip/transport/{i}/", group_store), rank, size, timeout)
-             for i in range(1, connections)]
-    backend = _C.RingzipBackend(gloo, timeout, group_name)
+    # The transport gets its own corner of the group's store, so it never meets other backends' keys.
+    # Between machines ringzip's own TCP (transport/tcp/); Gloo's only where asked for.
+    if opts.transport != "gloo":
+        backend = _C.RingzipBackend(PrefixStore("ringzip/tcp/", group_store), rank, size, timeout, group_name,
+                                    _network.listen_address(), connections)
+    else:
+        store = PrefixStore("ringzip/transport/", group_store)
+        gloo = [dist.ProcessGroupGloo(store, rank, size, timeout)]
+        gloo += [_pool_gloo(PrefixStore(f"ringzip/transport/{i}/", group_store), rank, size, timeout)
+                 for i in range(1, connections)]
+        backend = _C.RingzipBackend(gloo, timeout, group_name)
     node_of = _topology.node_of_ranks(PrefixStore("ringzip/topology/", group_store), rank, size)
     # Shared memory among the ranks of this node (CPU tensors): its rendezvous finds every rank of
     # the node already here (they published their node keys), so a minute is plenty.
@@ -118,10 +123,10 @@ def _build(group_store, rank: int, size: int, timeout, group_name: str, opts: Op
     why = backend.set_topology(node_of, shm_store, min(timeout, timedelta(seconds=60)))
     if why and opts.transport == "shm":
         raise RuntimeError(f"ringzip: Options(transport='shm'): shared memory between the ranks of this "
-                           f"node is unusable ({why}); transport='auto' falls back to Gloo over loopback")
+                           f"node is unusable ({why}); transport='auto' falls back to TCP over loopback")
     if why:
         warnings.warn(f"ringzip: shared memory between the ranks of this node is unusable ({why}); they "
-                      f"exchange messages through Gloo over loopback instead", stacklevel=3)
+                      f"exchange messages through TCP over loopback instead", stacklevel=3)
     apply_options(backend, opts)
     backend.enable_mismatch_watch(PrefixStore("ringzip/watch/", group_store))
     _maybe_enable_cuda(backend, group_store, opts)
@@ -162,7 +167,7 @@ def _maybe_enable_cuda(backend, store, opts: Options) -> None:
     are created lazily, on the first CUDA collective); Options(transport="gloo") keeps them on
     the host-staged Gloo path."""
     cuda = getattr(_C, "cuda", None)
-    if cuda is None or opts.transport == "gloo":
+    if cuda is None or opts.transport in ("gloo", "tcp"):
         return
     if not torch.cuda.is_available():
         return

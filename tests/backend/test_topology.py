@@ -42,7 +42,7 @@ def topology_checks(ctx):
         t = ringzip.stats()["topology"]
         assert t["node_of"] == NODES and t["nodes"] == 2 and t["ranks_per_node"] == 2, t
         assert t["node_aware"] and t["flat_reason"] == "" and t["hierarchy"] == "auto", t
-        assert t["transport"] == "shm+gloo", t  # shared memory inside a node by default
+        assert t["transport"] == "shm+tcp", t  # shared memory inside a node, ringzip's TCP between, by default
     with chk.case("dense_allreduce_node_aware"):
         xs = _inputs(1, 300_000)  # 1.2 MB: node-aware
         x = xs[rank].clone()
@@ -61,7 +61,7 @@ def topology_checks(ctx):
 
     q4 = dist.new_group(pg_options=ringzip.Options(codec="q4", transport="shm"))
     with chk.case("shm_inside_nodes"):
-        assert ringzip.stats(q4)["topology"]["transport"] == "shm+gloo", ringzip.stats(q4)["topology"]
+        assert ringzip.stats(q4)["topology"]["transport"] == "shm+tcp", ringzip.stats(q4)["topology"]
     with chk.case("transport_gloo_keeps_nodes_on_gloo"):
         g = dist.new_group(pg_options=ringzip.Options(transport="gloo"))
         assert ringzip.stats(g)["topology"]["transport"] == "gloo", ringzip.stats(g)["topology"]

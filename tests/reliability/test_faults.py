@@ -194,8 +194,8 @@ def rank_check_off(rank, world, tmp, transport):
                                                       algorithm="star"))
     assert ringzip.get_options().check == "off"
     _good_allreduce()
-    # Unchecked, nothing diagnoses the mismatch: over Gloo it is a timeout; shared memory
-    # compares the sizes of matched messages and fails at once, naming both.
+    # Unchecked, nothing diagnoses the mismatch: over Gloo it is a timeout; shared memory and
+    # ringzip's TCP compare the sizes of matched messages and fail at once, naming both.
     msg, dt = _expect_error(lambda: dist.all_reduce(torch.ones(10)) if rank else dist.barrier(), "ringzip")
     assert "mismatched collective calls" not in msg, msg
     if transport == "gloo":
@@ -206,16 +206,16 @@ def rank_check_off(rank, world, tmp, transport):
     return True
 
 
-@pytest.mark.parametrize("transport", ["gloo", "shm"])
+@pytest.mark.parametrize("transport", ["gloo", "shm", "tcp"])
 def test_check_off_times_out_without_a_diagnosis(transport):
     check_all_ok(launch(rank_check_off, 2, transport, timeout=60))
 
 
 # ---------------------------------------------------------------------------- timeouts
 
-def rank_timeout(rank, world, tmp):
+def rank_timeout(rank, world, tmp, transport):
     t0 = threads_and_fds()
-    init(tmp, rank, world, timeout=timedelta(seconds=2))
+    init(tmp, rank, world, timeout=timedelta(seconds=2), pg_options=ringzip.Options(transport=transport))
     _good_allreduce()
     out = {}
     if rank == world - 1:
@@ -239,8 +239,9 @@ def rank_timeout(rank, world, tmp):
     return out
 
 
-def test_timeout_raises_everywhere_then_fails_fast_and_recovers():
-    res = check_all_ok(launch(rank_timeout, WORLD, timeout=90))
+@pytest.mark.parametrize("transport", ["auto", "tcp"])
+def test_timeout_raises_everywhere_then_fails_fast_and_recovers(transport):
+    res = check_all_ok(launch(rank_timeout, WORLD, transport, timeout=90))
     record("timeout", timeout_s=2, raised_s=[r["timeout"][1] for r in res[:-1]], late_s=res[-1]["late"][1],
            after_s=[r["after"][1] for r in res[:-1]], destroy_s=[r["destroy_s"] for r in res])
     for r in res[:-1]:
@@ -294,8 +295,8 @@ time.sleep(300)
 """
 
 
-def rank_abort(rank, world, tmp):
-    init(tmp, rank, world, timeout=timedelta(seconds=60))
+def rank_abort(rank, world, tmp, transport):
+    init(tmp, rank, world, timeout=timedelta(seconds=60), pg_options=ringzip.Options(transport=transport))
     _good_allreduce()
     out = {}
     if rank == 0:
@@ -313,8 +314,9 @@ def rank_abort(rank, world, tmp):
     return out
 
 
-def test_abort_unblocks_a_hung_collective():
-    res = check_all_ok(launch(rank_abort, 2, timeout=60))
+@pytest.mark.parametrize("transport", ["auto", "tcp"])
+def test_abort_unblocks_a_hung_collective(transport):
+    res = check_all_ok(launch(rank_abort, 2, transport, timeout=60))
     record("abort", abort_wait_s=res[0]["abort_wait_s"], aborted_after_s=0.5)
     assert res[0]["abort_wait_s"] < 3, res[0]
 
@@ -323,9 +325,11 @@ def test_abort_unblocks_a_hung_collective():
 
 def rank_dead_peer(rank, world, tmp, codec, algorithm, numel, victim, op, transport="auto"):
     before = threads_and_fds()
+    pooled = transport in ("gloo", "tcp")  # a long link: large messages striped over a pool of connections
     init(tmp, rank, world, pg_options=ringzip.Options(codec=codec, algorithm=algorithm, min_numel=0,
-                                                      timeout=timedelta(seconds=20), transport=transport))
-    if transport == "gloo":  # a long link: large messages striped over the pool of connections
+                                                      timeout=timedelta(seconds=20), transport=transport,
+                                                      connections=4 if pooled else 1))
+    if pooled:
         ringzip.backend_of()._set_round_trip(0.1)
     x = torch.full((numel,), float(rank + 1))
     _good_allreduce()
@@ -390,10 +394,14 @@ DEAD_PEER = [
     ("randomk:0.01", "sparse", 1 << 20, 2, "allreduce"),
     ("fp16", "auto", 1 << 18, 0, "allreduce"),
     ("none", "auto", 1 << 18, 1, "mixed"),
-    # over Gloo's TCP, messages of 4 MiB striped over the pool of connections to each peer
+    # over TCP (Gloo's and ringzip's), messages of 4 MiB striped over a pool of connections to each peer
     ("none", "ring", 1 << 22, 1, "allreduce", "gloo"),
     ("none", "direct", 1 << 22, 0, "allreduce", "gloo"),
     ("q8", "sra", 1 << 22, 2, "allreduce", "gloo"),
+    ("none", "ring", 1 << 22, 1, "allreduce", "tcp"),
+    ("none", "direct", 1 << 22, 0, "allreduce", "tcp"),
+    ("q8", "sra", 1 << 22, 2, "allreduce", "tcp"),
+    ("none", "auto", 1 << 18, 1, "mixed", "tcp"),
 ]
 
 

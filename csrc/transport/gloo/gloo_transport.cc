@@ -39,8 +39,6 @@ std::vector<at::Tensor> as_bytes(const void* data, size_t bytes) {
   return {at::from_blob(const_cast<void*>(data), {static_cast<int64_t>(bytes)}, at::TensorOptions().dtype(at::kByte))};
 }
 
-constexpr uint32_t kCollectiveTags = 1u << 30;  // collective/comm.h: user tags lie below
-
 }  // namespace
 
 GlooTransport::GlooTransport(std::vector<c10::intrusive_ptr<c10d::Backend>> pool)
@@ -69,13 +67,8 @@ void GlooTransport::close() {
   }
 }
 
-size_t GlooTransport::stripes(size_t bytes, uint32_t tag) const {
-  if (tag < kCollectiveTags || pool_size_ < 2 || !long_) return 1;
-  return std::clamp<size_t>(bytes / kStripeMin, 1, pool_size_);
-}
-
 std::unique_ptr<Request> GlooTransport::post(Post how, const void* data, size_t bytes, int peer, uint32_t tag) {
-  const size_t k = stripes(bytes, tag);
+  const size_t k = stripe_count(bytes, tag, pool_size_, long_);
   if (k == 1) {
     auto tensors = as_bytes(data, bytes);
     return std::make_unique<GlooRequest>(((*live(0)).*how)(tensors, peer, static_cast<int>(tag)));
@@ -83,11 +76,10 @@ std::unique_ptr<Request> GlooTransport::post(Post how, const void* data, size_t 
   std::vector<std::unique_ptr<Request>> parts;
   parts.reserve(k);
   const char* p = static_cast<const char*>(data);
-  for (size_t i = 0, begin = 0; i < k; ++i) {
-    const size_t len = bytes / k + (i < bytes % k ? 1 : 0);
-    auto tensors = as_bytes(p + begin, len);
+  for (size_t i = 0; i < k; ++i) {
+    const Stripe s = stripe_of(bytes, k, i);
+    auto tensors = as_bytes(p + s.begin, s.length);
     parts.push_back(std::make_unique<GlooRequest>(((*live(i)).*how)(tensors, peer, static_cast<int>(tag))));
-    begin += len;
   }
   return std::make_unique<StripedRequest>(std::move(parts), peer);
 }

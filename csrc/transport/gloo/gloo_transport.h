@@ -11,6 +11,7 @@
 #include <mutex>
 #include <vector>
 
+#include "transport/stripes.h"
 #include "transport/transport.h"
 
 namespace ringzip {
@@ -33,13 +34,6 @@ class GlooTransport final : public Transport {
   // at 1 Gbit/s without delay, docs/performance.md). Until the ranks agree on one, messages travel
   // whole, as over one connection: the cost model's first probe measures the link as it is.
   void set_round_trip(double seconds) override { long_ = seconds >= kLongRoundTrip; }
-
-  // Stripes are at least this long: below it a connection's per-message cost outweighs what
-  // a second window adds.
-  static constexpr size_t kStripeMin = 512 << 10;
-  // How many connections a message of `bytes` under `tag` travels over (both ends compute it
-  // from what both know: the size, the tag and the pool).
-  size_t stripes(size_t bytes, uint32_t tag) const;
 
  private:
   using Post = c10::intrusive_ptr<c10d::Work> (c10d::Backend::*)(std::vector<at::Tensor>&, int, int);

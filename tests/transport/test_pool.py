@@ -1,4 +1,4 @@
-"""The Gloo transport's pool of connections to each peer (transport/gloo/): on a long link
+"""The TCP transports' pool of connections to each peer (transport/tcp/, transport/gloo/): on a long link
 (`_set_round_trip`: as if the ranks had agreed on 100 ms) a collective's large message travels
 striped over it and lands whole, in place -- the same bits as over one connection,
 for every cut (sizes that do not divide); its size is rank 0's; and groups made and destroyed
@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import warnings
 
+import pytest
 import torch
 import torch.distributed as dist
 
@@ -18,13 +19,16 @@ SIZES = [1 << 16, 1 << 18, (1 << 20) + 7, (3 << 20) + 5]
 WAYS = [("none", "ring"), ("none", "direct"), ("none", "star"), ("q8", "sra"), ("q4", "ring"), ("topk:0.01", "sparse")]
 
 
-def _striped(ctx):
+TRANSPORTS = ["tcp", "gloo"]
+
+
+def _striped(ctx, transport):
     import ringzip
 
     dist.init_process_group("ringzip", init_method=ctx.init_method, rank=ctx.rank, world_size=ctx.world_size)
     out = {}
     for connections in (1, 8):
-        g = dist.new_group(backend="ringzip", pg_options=ringzip.Options(transport="gloo", connections=connections,
+        g = dist.new_group(backend="ringzip", pg_options=ringzip.Options(transport=transport, connections=connections,
                                                                          min_numel=0, seed=3))
         for codec, algorithm in WAYS:
             ringzip.set_options(g, codec=codec, algorithm=algorithm)
@@ -43,19 +47,20 @@ def _striped(ctx):
     return exact_ok, same_bits
 
 
-def test_striped_messages_land_whole():
-    for exact_ok, same_bits in mp.run(_striped, 3, timeout=240):
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_striped_messages_land_whole(transport):
+    for exact_ok, same_bits in mp.run(_striped, 3, args=(transport,), timeout=240):
         assert exact_ok, "exact sums wrong"
         assert same_bits, "the pool changed a result's bits"
 
 
-def _rank0_count(ctx):
+def _rank0_count(ctx, transport):
     import ringzip
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         dist.init_process_group("ringzip", init_method=ctx.init_method, rank=ctx.rank, world_size=ctx.world_size,
-                                pg_options=ringzip.Options(transport="gloo", algorithm="ring",
+                                pg_options=ringzip.Options(transport=transport, algorithm="ring",
                                                            connections=3 + ctx.rank))  # each rank another count
     x = torch.ones(1 << 20)
     ringzip.backend_of()._set_round_trip(0.1)
@@ -65,8 +70,9 @@ def _rank0_count(ctx):
     return ok, [str(w.message) for w in caught if "connections" in str(w.message)]
 
 
-def test_the_group_uses_rank_0s_connections():
-    (ok0, warned0), (ok1, warned1) = mp.run(_rank0_count, 2, timeout=120)
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_the_group_uses_rank_0s_connections(transport):
+    (ok0, warned0), (ok1, warned1) = mp.run(_rank0_count, 2, args=(transport,), timeout=120)
     assert ok0 and ok1
     assert warned0 == [] and len(warned1) == 1 and "the group uses 3" in warned1[0], warned1
 
@@ -75,13 +81,13 @@ def _threads_and_fds():
     return len(os.listdir("/proc/self/task")), len(os.listdir("/proc/self/fd"))
 
 
-def _many_groups(ctx, count):
+def _many_groups(ctx, count, transport):
     import ringzip
 
     dist.init_process_group("gloo", init_method=ctx.init_method, rank=ctx.rank, world_size=ctx.world_size)
     seen = []
     for i in range(count):
-        g = dist.new_group(backend="ringzip", pg_options=ringzip.Options(transport="gloo", algorithm="ring",
+        g = dist.new_group(backend="ringzip", pg_options=ringzip.Options(transport=transport, algorithm="ring",
                                                                          connections=8))
         x = torch.ones(1 << 20)
         ringzip.backend_of(g)._set_round_trip(0.1)
@@ -94,7 +100,8 @@ def _many_groups(ctx, count):
     return seen
 
 
-def test_groups_made_and_destroyed_leave_nothing_behind():
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_groups_made_and_destroyed_leave_nothing_behind(transport):
     count = int(os.environ.get("RINGZIP_TEST_GROUPS", "60"))
-    for (t0, f0), (t1, f1) in mp.run(_many_groups, 2, args=(count,), timeout=300):
+    for (t0, f0), (t1, f1) in mp.run(_many_groups, 2, args=(count, transport), timeout=300):
         assert t1 <= t0 + 2 and f1 <= f0 + 2, ((t0, f0), (t1, f1))

@@ -1,0 +1,24 @@
+#pragma once
+// Connection set-up of the TCP transport, torch-free: a listening socket on this rank's address,
+// then `connections` sockets from every rank to every lower rank, each greeted with who it is.
+// Ranks meet through callbacks that publish and look up an address (the transport passes its
+// store), so this file knows no store.
+#include <chrono>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace ringzip::tcp {
+
+struct Meeting {
+  std::function<void(const std::string& address)> publish;  // this rank's "host port"
+  std::function<std::string(int rank)> lookup;              // another rank's, waiting for it
+};
+
+// sockets[p][m]: connection m to peer p (none for this rank), blocking mode, TCP_NODELAY, with
+// send and receive buffers as large as the kernel lets a socket ask for. Throws
+// std::runtime_error naming the rank that could not be reached.
+std::vector<std::vector<int>> connect_all(int rank, int size, int connections, const std::string& address,
+                                          const Meeting& meeting, std::chrono::milliseconds timeout);
+
+}  // namespace ringzip::tcp

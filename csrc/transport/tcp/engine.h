@@ -1,0 +1,114 @@
+#pragma once
+// The TCP transport's progress engine: the connected sockets of one rank (a pool of them to every
+// peer), the sends and receives posted on them, and one thread that moves the bytes.
+//
+// Wire: each connection carries messages, each a 24-byte header (its tag, size and number on
+// the connection) and the bytes. Sends are eager: a message goes out as soon as it is posted,
+// whether or not its receive is, and the send is complete once the kernel took all of it (on a
+// long link a send that waited for its receive to be posted, as Gloo's does, would wait a round
+// trip). The receiver matches it on its header -- the oldest posted receive of that
+// (connection, tag), else a receive from any source of that tag (first connection of the pool
+// only), else it is kept in heap memory until a receive takes it. Sizes of a message and its
+// receive must be equal (else the receive fails naming both, and the message is discarded).
+//
+// Threads: one I/O thread per engine (epoll over every socket and an eventfd), level-triggered.
+// Posts write what the socket takes at once, so an idle link costs no wake-up; the thread
+// writes the rest as the sockets drain and reads everything that arrives, straight into the
+// posted receive's buffer when there is one. Every touch of a caller's buffer happens under the
+// engine's mutex, so abort() -- which takes it, fails every pending operation and shuts every
+// socket -- leaves no transfer that can still land in memory.
+//
+// Failures: a connection that reports end-of-file or an error fails every operation on it that is
+// not complete, at once, naming the peer; later posts on it fail the same way (a receive still
+// takes a message that arrived whole before: a peer that finished and left is no error). An
+// operation that failed is never touched again, whatever of it is still queued or streaming in
+// (its buffer may be gone): a message meant for it is read into a sink. abort() shuts every
+// socket, so peers blocked on this rank fail at once too.
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace ringzip::tcp {
+
+struct Op {
+  bool send;
+  int peer;  // receive from any source: -1 until matched
+  uint32_t tag;
+  size_t bytes;
+  int pending = 0;  // parts (stripes) not finished
+  bool failed = false;
+  std::string error;
+  bool finished() const { return failed || pending == 0; }
+};
+
+class Engine {
+ public:
+  // sockets[p][m]: connection m to peer p, connected and greeted (empty for this rank).
+  Engine(int rank, int size, std::vector<std::vector<int>> sockets);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  size_t pool() const { return pool_; }
+  // A message of bytes > 0 cut into `stripes` (1..pool) parts, part i on connection i of the
+  // peer's pool (stripes.h). A post to a peer that is gone returns an operation already failed.
+  std::shared_ptr<Op> post_send(const void* data, size_t bytes, int peer, uint32_t tag, size_t stripes);
+  std::shared_ptr<Op> post_recv(void* data, size_t bytes, int peer, uint32_t tag, size_t stripes);
+  std::shared_ptr<Op> post_recv_any(void* data, size_t bytes, uint32_t tag);
+  // Until `op` finished; throws std::runtime_error on its failure or when `timeout` elapsed
+  // (the op stays posted).
+  void wait(const Op& op, std::chrono::milliseconds timeout);
+  // A request dropped unfinished: its buffer may go away, so nothing may touch it again --
+  // aborts the engine (as the shm transport does).
+  void drop(const Op& op) noexcept;
+  void abort(const std::string& why) noexcept;
+  // Stops the thread and closes every socket; pending operations fail.
+  void close() noexcept;
+
+ private:
+  struct Part;
+  struct Unexpected;
+  struct Conn;
+
+  void run();
+  void wake() noexcept;
+  void check_open() const;
+  std::string describe(const Op& op) const;
+  void write_some(Conn& c);
+  void read_some(Conn& c);
+  void on_frame(Conn& c);
+  void begin_message(Conn& c);
+  void end_message(Conn& c);
+  void take(Conn& c, const std::shared_ptr<Unexpected>& u, const std::shared_ptr<Part>& p);
+  void want_writes(Conn& c, bool on);
+  void finish(Part& p);
+  void fail(Op& op, const std::string& why);
+  void close_conn(Conn& c, const std::string& why);
+  void shut(const std::string& why);
+
+  const int rank_, size_;
+  size_t pool_ = 0;
+  std::vector<std::vector<std::unique_ptr<Conn>>> conns_;  // [peer][member]
+  std::map<uint32_t, std::deque<std::shared_ptr<Part>>> any_;  // receives from any source, by tag
+  uint64_t arrivals_ = 0;                                  // orders unexpected messages across peers
+  std::vector<char> sink_ = std::vector<char>(64 << 10);   // where a message nobody takes goes
+  std::mutex mu_;
+  std::condition_variable done_cv_;
+  std::string shut_;  // why the engine is unusable; empty while open
+  bool closed_ = false;
+  int epoll_ = -1, event_ = -1;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+}  // namespace ringzip::tcp

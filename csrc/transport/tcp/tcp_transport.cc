@@ -1,0 +1,74 @@
+#include "transport/tcp/tcp_transport.h"
+
+#include <atomic>
+#include <stdexcept>
+
+#include "transport/stripes.h"
+#include "transport/tcp/connect.h"
+#include "transport/tcp/engine.h"
+
+namespace ringzip {
+namespace {
+
+using tcp::Engine;
+using tcp::Op;
+
+class TcpRequest final : public Request {
+ public:
+  TcpRequest(std::shared_ptr<Engine> e, std::shared_ptr<Op> op) : e_(std::move(e)), op_(std::move(op)) {}
+  ~TcpRequest() override { e_->drop(*op_); }  // no-op once finished
+  void wait(std::chrono::milliseconds timeout) override { e_->wait(*op_, timeout); }
+  int source() const override { return op_->send ? -1 : op_->peer; }
+
+ private:
+  std::shared_ptr<Engine> e_;
+  std::shared_ptr<Op> op_;
+};
+
+class TcpTransport final : public Transport {
+ public:
+  explicit TcpTransport(std::shared_ptr<Engine> e) : e_(std::move(e)) {}
+  ~TcpTransport() override { e_->close(); }
+  int rank() const override { return e_->rank(); }
+  int size() const override { return e_->size(); }
+  std::string name() const override { return "tcp"; }
+  std::unique_ptr<Request> isend(const void* data, size_t bytes, int peer, uint32_t tag) override {
+    if (bytes == 0) return std::make_unique<DoneRequest>();
+    return std::make_unique<TcpRequest>(e_, e_->post_send(data, bytes, peer, tag, stripes(bytes, tag)));
+  }
+  std::unique_ptr<Request> irecv(void* data, size_t bytes, int peer, uint32_t tag) override {
+    if (bytes == 0) return std::make_unique<DoneRequest>(peer);
+    return std::make_unique<TcpRequest>(e_, e_->post_recv(data, bytes, peer, tag, stripes(bytes, tag)));
+  }
+  std::unique_ptr<Request> irecv_any(void* data, size_t bytes, uint32_t tag) override {
+    if (bytes == 0) throw std::invalid_argument("ringzip: a receive from any source needs at least one byte");
+    return std::make_unique<TcpRequest>(e_, e_->post_recv_any(data, bytes, tag));
+  }
+  void abort() override { e_->abort("a collective failed"); }
+  void close() override { e_->close(); }
+  // As on Gloo: stripes only where the agreed round trip is long (transport/gloo/).
+  void set_round_trip(double seconds) override { long_ = seconds >= kLongRoundTrip; }
+
+ private:
+  size_t stripes(size_t bytes, uint32_t tag) const { return stripe_count(bytes, tag, e_->pool(), long_); }
+
+  std::shared_ptr<Engine> e_;
+  std::atomic<bool> long_{false};
+};
+
+}  // namespace
+
+std::unique_ptr<Transport> make_tcp_transport(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                                              std::chrono::milliseconds timeout, const TcpOptions& options) {
+  if (options.connections < 1) throw std::invalid_argument("ringzip: the tcp transport needs at least one connection");
+  tcp::Meeting meeting{
+      [&](const std::string& address) { store->set("addr/" + std::to_string(rank), std::vector<uint8_t>(address.begin(), address.end())); },
+      [&](int peer) {
+        const auto v = store->get("addr/" + std::to_string(peer));
+        return std::string(v.begin(), v.end());
+      }};
+  auto sockets = tcp::connect_all(rank, size, options.connections, options.address, meeting, timeout);
+  return std::make_unique<TcpTransport>(std::make_shared<Engine>(rank, size, std::move(sockets)));
+}
+
+}  // namespace ringzip
