@@ -1,6 +1,7 @@
-"""The arithmetic of the membership benchmarks (bench/lab/reconfigure.py, diloco_sites.py): what
-the recorded tables say is computed from the calls and commits as documented."""
-from ringzip.bench.lab import diloco_sites, reconfigure
+"""The arithmetic of the membership and idle-link benchmarks (bench/lab/reconfigure.py,
+diloco_sites.py, idle.py): what the recorded tables say is computed from the calls and commits
+as documented."""
+from ringzip.bench.lab import diloco_sites, idle, reconfigure
 
 
 def test_first_call_over_the_steady_state():
@@ -21,3 +22,13 @@ def test_time_to_target_and_ranges():
     assert diloco_sites.reached(rows, 4.0, 100.0) == 30.0  # the first commit at or below it
     assert diloco_sites.reached(rows, 3.5, 100.0) is None
     assert diloco_sites.parse_range("30-60") == (30.0, 60.0) and diloco_sites.parse_range("5") == (5.0, 5.0)
+
+
+def test_idle_gaps_over_the_steady_state():
+    # The slowest rank's time of every call; the steady state is the median of the later half.
+    per_rank = [{"warm": [0.9, 0.2, 0.1, 0.1], "gaps": {"60": [0.3, 0.1]}},
+                {"warm": [0.5, 0.1, 0.2, 0.1], "gaps": {"60": [0.2, 0.15]}}]
+    s = idle.summarize(per_rank)
+    assert s["warm_s"] == [0.9, 0.2, 0.2, 0.1] and abs(s["steady_s"] - 0.15) < 1e-12
+    assert abs(s["gaps"]["60"]["first_over_steady"] - 2.0) < 1e-12
+    assert abs(s["gaps"]["60"]["after_over_steady"][0] - 1.0) < 1e-12

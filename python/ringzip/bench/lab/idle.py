@@ -1,0 +1,123 @@
+"""What an idle link costs the next call (DiLoCo's outer steps come minutes apart).
+
+    python -m ringzip.bench.lab.idle --net 1gbit,50ms            # 4 emulated machines (root)
+    python -m ringzip.bench.lab.idle --gaps 1,10,60 --codecs none,q4 --size 16M
+
+The ranks all-reduce --size float32 --warm times (the steady state: the median of the later
+half), then, for each gap in --gaps seconds, leave the link idle that long and time the next
+call and --after more. Reported per codec and gap: the first call after the gap over the steady
+state, on the slowest rank (the call is over when every rank is), and the calls after it.
+Writes <out-dir>/idle[_net-...].{md,json}. Rank side: python -m ringzip.bench.lab.idle rank SPEC.json.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from ..common import cpu_model, default_results_dir, log, parse_net, parse_size
+
+
+def rank_main(spec: dict) -> None:
+    import torch
+    import torch.distributed as dist
+
+    import ringzip
+
+    torch.set_num_threads(1)
+    rank, n = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    dist.init_process_group("ringzip", init_method=f"tcp://{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}",
+                            rank=rank, world_size=n,
+                            pg_options=ringzip.Options(codec=spec["codec"], transport=spec["transport"]))
+    x = torch.randn(spec["numel"])
+
+    def call() -> float:
+        y = x.clone()
+        t0 = time.perf_counter()
+        dist.all_reduce(y)
+        return time.perf_counter() - t0
+
+    out = {"warm": [call() for _ in range(spec["warm"])], "gaps": {}}
+    for gap in spec["gaps"]:
+        time.sleep(gap)  # every rank left the last call within milliseconds of the others
+        out["gaps"][str(gap)] = [call() for _ in range(1 + spec["after"])]
+    dist.destroy_process_group()
+    Path(spec["out"]).with_suffix(f".rank{rank}.json").write_text(json.dumps(out))
+
+
+def summarize(per_rank: list[dict]) -> dict:
+    """The slowest rank's time of every call, the steady state and each gap's ratios."""
+    slowest = lambda key: [max(r[key][i] for r in per_rank) for i in range(len(per_rank[0][key]))]  # noqa: E731
+    warm = slowest("warm")
+    steady = statistics.median(warm[len(warm) // 2:])
+    gaps = {}
+    for gap in per_rank[0]["gaps"]:
+        calls = [max(r["gaps"][gap][i] for r in per_rank) for i in range(len(per_rank[0]["gaps"][gap]))]
+        gaps[gap] = {"first_over_steady": calls[0] / steady, "after_over_steady": [c / steady for c in calls[1:]],
+                     "first_s": calls[0]}
+    return {"steady_s": steady, "warm_s": warm, "gaps": gaps}
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["rank"]:
+        rank_main(json.loads(Path(argv[1]).read_text()))
+        return 0
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("-n", "--nproc", type=int, default=4)
+    p.add_argument("--net", help="RATE[,DELAY[,LOSS]]: emulated machines (root); default: local ranks")
+    p.add_argument("--codecs", default="none,q4")
+    p.add_argument("--transport", default="auto", help="ringzip.Options(transport=...)")
+    p.add_argument("--size", default="16M", help="all-reduce size (float32 elements)")
+    p.add_argument("--warm", type=int, default=8, help="calls before the first gap")
+    p.add_argument("--gaps", default="1,10,60", help="idle seconds, comma list, in this order")
+    p.add_argument("--after", type=int, default=2, help="calls timed after each gap's first")
+    p.add_argument("--out-dir", help="default <repo>/bench/results")
+    args = p.parse_args(argv)
+    from ..launch import Launcher
+    from ..netem import open_env
+
+    gaps = [float(g) for g in args.gaps.split(",")]
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="ringzip-idle-") as tmp, \
+            (open_env(args.nproc, parse_net(args.net), log=log) if args.net else contextlib.nullcontext()) as env:
+        for codec in args.codecs.split(","):
+            spec = {"codec": codec, "transport": args.transport, "numel": parse_size(args.size), "warm": args.warm,
+                    "gaps": gaps, "after": args.after, "out": f"{tmp}/{codec}"}
+            Path(f"{tmp}/spec.json").write_text(json.dumps(spec))
+            budget = 600 + sum(gaps) * 1.5
+            res = Launcher(args.nproc, Path(tmp), env).run(
+                "ringzip.bench.lab.idle", ["rank", f"{tmp}/spec.json"], None, 0, total_timeout=budget)
+            if not res.ok:
+                raise SystemExit(f"idle {codec}: {res.reason}")
+            per_rank = [json.loads(Path(spec["out"]).with_suffix(f".rank{r}.json").read_text())
+                        for r in range(args.nproc)]
+            rows.append({"codec": codec, **summarize(per_rank)})
+            log(f"[idle] {codec}: steady {rows[-1]['steady_s'] * 1e3:.1f} ms, "
+                + ", ".join(f"{g} s idle: {v['first_over_steady']:.2f}x" for g, v in rows[-1]["gaps"].items()))
+    head = (f"{time.strftime('%Y-%m-%d')}, {cpu_model()}, {args.nproc} ranks "
+            f"({'emulated machines, ' + args.net if args.net else 'one host'}), transport={args.transport}, "
+            f"all-reduce of {args.size} float32; command: python -m ringzip.bench.lab.idle {' '.join(argv)}")
+    out_dir = Path(args.out_dir) if args.out_dir else default_results_dir()
+    stem = "idle" + (f"_net-{args.net.replace(',', '_')}" if args.net else "")
+    (out_dir / f"{stem}.json").write_text(json.dumps({"header": head, "rows": rows}, indent=1))
+    lines = [f"# The first call after an idle link\n\n{head}\n",
+             "| codec | steady (ms) | " + " | ".join(f"after {g:g} s idle: 1st / steady, then" for g in gaps) + " |",
+             "|---|---:|" + "---:|" * len(gaps)]
+    for r in rows:
+        cells = [f"{v['first_over_steady']:.2f}x, then " + ", ".join(f"{a:.2f}x" for a in v["after_over_steady"])
+                 for v in r["gaps"].values()]
+        lines.append(f"| {r['codec']} | {r['steady_s'] * 1e3:.1f} | " + " | ".join(cells) + " |")
+    (out_dir / f"{stem}.md").write_text("\n".join(lines) + "\n")
+    log(f"[idle] wrote {out_dir / stem}.md")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
