@@ -24,11 +24,15 @@ def test_time_to_target_and_ranges():
     assert diloco_sites.parse_range("30-60") == (30.0, 60.0) and diloco_sites.parse_range("5") == (5.0, 5.0)
 
 
-def test_idle_gaps_over_the_steady_state():
-    # The slowest rank's time of every call; the steady state is the median of the later half.
-    per_rank = [{"warm": [0.9, 0.2, 0.1, 0.1], "gaps": {"60": [0.3, 0.1]}},
-                {"warm": [0.5, 0.1, 0.2, 0.1], "gaps": {"60": [0.2, 0.15]}}]
-    s = idle.summarize(per_rank)
+def test_idle_gaps_over_the_control_and_the_steady_state():
+    # The slowest rank's time of every call; the steady state is the median of the later half;
+    # a gap's first call is set against the control's call at the same place.
+    per_rank = [{"warm": [0.9, 0.2, 0.1, 0.1], "sleeps": [60.0], "gaps": [[0.3, 0.1]]},
+                {"warm": [0.5, 0.1, 0.2, 0.1], "sleeps": [60.0], "gaps": [[0.2, 0.15]]}]
+    control = [{"warm": [0.9, 0.2, 0.1, 0.1], "sleeps": [0.0], "gaps": [[0.25, 0.1]]},
+               {"warm": [0.5, 0.1, 0.2, 0.1], "sleeps": [0.0], "gaps": [[0.1, 0.1]]}]
+    s = idle.summarize(per_rank, control)
     assert s["warm_s"] == [0.9, 0.2, 0.2, 0.1] and abs(s["steady_s"] - 0.15) < 1e-12
-    assert abs(s["gaps"]["60"]["first_over_steady"] - 2.0) < 1e-12
-    assert abs(s["gaps"]["60"]["after_over_steady"][0] - 1.0) < 1e-12
+    g = s["gaps"]["60"]
+    assert abs(g["first_over_steady"] - 2.0) < 1e-12 and abs(g["first_over_control"] - 1.2) < 1e-12
+    assert abs(g["after_over_steady"][0] - 1.0) < 1e-12

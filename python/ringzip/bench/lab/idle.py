@@ -5,8 +5,11 @@
 
 The ranks all-reduce --size float32 --warm times (the steady state: the median of the later
 half), then, for each gap in --gaps seconds, leave the link idle that long and time the next
-call and --after more. Reported per codec and gap: the first call after the gap over the steady
-state, on the slowest rank (the call is over when every rank is), and the calls after it.
+call and --after more. A second run makes the same calls without the gaps (the control): the
+cost model explores and refreshes at set call counts, so a call's time depends on its place in
+the sequence. Reported per codec and gap, on the slowest rank (the call is over when every rank
+is): the first call after the gap over the control's call at the same place, and over the
+steady state.
 Writes <out-dir>/idle[_net-...].{md,json}. Rank side: python -m ringzip.bench.lab.idle rank SPEC.json.
 """
 from __future__ import annotations
@@ -43,24 +46,34 @@ def rank_main(spec: dict) -> None:
         dist.all_reduce(y)
         return time.perf_counter() - t0
 
-    out = {"warm": [call() for _ in range(spec["warm"])], "gaps": {}}
+    out = {"warm": [call() for _ in range(spec["warm"])], "sleeps": spec["gaps"], "gaps": []}
     for gap in spec["gaps"]:
         time.sleep(gap)  # every rank left the last call within milliseconds of the others
-        out["gaps"][str(gap)] = [call() for _ in range(1 + spec["after"])]
+        out["gaps"].append([call() for _ in range(1 + spec["after"])])
     dist.destroy_process_group()
     Path(spec["out"]).with_suffix(f".rank{rank}.json").write_text(json.dumps(out))
 
 
-def summarize(per_rank: list[dict]) -> dict:
-    """The slowest rank's time of every call, the steady state and each gap's ratios."""
-    slowest = lambda key: [max(r[key][i] for r in per_rank) for i in range(len(per_rank[0][key]))]  # noqa: E731
-    warm = slowest("warm")
+def _slowest(per_rank: list[dict]) -> tuple[list[float], list[list[float]]]:
+    """The slowest rank's time of every call: the warm ones, then each gap's."""
+    warm = [max(r["warm"][i] for r in per_rank) for i in range(len(per_rank[0]["warm"]))]
+    gaps = [[max(r["gaps"][g][i] for r in per_rank) for i in range(len(per_rank[0]["gaps"][g]))]
+            for g in range(len(per_rank[0]["gaps"]))]
+    return warm, gaps
+
+
+def summarize(per_rank: list[dict], control: list[dict] | None = None) -> dict:
+    """The steady state and each gap's ratios (over the control's call at the same place, if given)."""
+    warm, calls = _slowest(per_rank)
     steady = statistics.median(warm[len(warm) // 2:])
+    same_place = _slowest(control)[1] if control else None
     gaps = {}
-    for gap in per_rank[0]["gaps"]:
-        calls = [max(r["gaps"][gap][i] for r in per_rank) for i in range(len(per_rank[0]["gaps"][gap]))]
-        gaps[gap] = {"first_over_steady": calls[0] / steady, "after_over_steady": [c / steady for c in calls[1:]],
-                     "first_s": calls[0]}
+    for k, gap in enumerate(per_rank[0]["sleeps"]):
+        c = calls[k]
+        g = gaps[f"{gap:g}"] = {"first_over_steady": c[0] / steady, "after_over_steady": [x / steady for x in c[1:]],
+                                "first_s": c[0]}
+        if same_place:
+            g["first_over_control"], g["control_s"] = c[0] / same_place[k][0], same_place[k][0]
     return {"steady_s": steady, "warm_s": warm, "gaps": gaps}
 
 
@@ -88,19 +101,22 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory(prefix="ringzip-idle-") as tmp, \
             (open_env(args.nproc, parse_net(args.net), log=log) if args.net else contextlib.nullcontext()) as env:
         for codec in args.codecs.split(","):
-            spec = {"codec": codec, "transport": args.transport, "numel": parse_size(args.size), "warm": args.warm,
-                    "gaps": gaps, "after": args.after, "out": f"{tmp}/{codec}"}
-            Path(f"{tmp}/spec.json").write_text(json.dumps(spec))
-            budget = 600 + sum(gaps) * 1.5
-            res = Launcher(args.nproc, Path(tmp), env).run(
-                "ringzip.bench.lab.idle", ["rank", f"{tmp}/spec.json"], None, 0, total_timeout=budget)
-            if not res.ok:
-                raise SystemExit(f"idle {codec}: {res.reason}")
-            per_rank = [json.loads(Path(spec["out"]).with_suffix(f".rank{r}.json").read_text())
-                        for r in range(args.nproc)]
-            rows.append({"codec": codec, **summarize(per_rank)})
+            runs = []
+            for way, sleeps in (("gaps", gaps), ("control", [0.0] * len(gaps))):
+                spec = {"codec": codec, "transport": args.transport, "numel": parse_size(args.size),
+                        "warm": args.warm, "gaps": sleeps, "after": args.after, "out": f"{tmp}/{codec}-{way}"}
+                Path(f"{tmp}/spec.json").write_text(json.dumps(spec))
+                res = Launcher(args.nproc, Path(tmp), env).run(
+                    "ringzip.bench.lab.idle", ["rank", f"{tmp}/spec.json"], None, 0,
+                    total_timeout=600 + sum(sleeps) * 1.5)
+                if not res.ok:
+                    raise SystemExit(f"idle {codec} ({way}): {res.reason}")
+                runs.append([json.loads(Path(spec["out"]).with_suffix(f".rank{r}.json").read_text())
+                             for r in range(args.nproc)])
+            rows.append({"codec": codec, **summarize(*runs)})
             log(f"[idle] {codec}: steady {rows[-1]['steady_s'] * 1e3:.1f} ms, "
-                + ", ".join(f"{g} s idle: {v['first_over_steady']:.2f}x" for g, v in rows[-1]["gaps"].items()))
+                + ", ".join(f"{g} s idle: {v['first_over_control']:.2f}x the control"
+                            for g, v in zip(gaps, rows[-1]["gaps"].values())))
     head = (f"{time.strftime('%Y-%m-%d')}, {cpu_model()}, {args.nproc} ranks "
             f"({'emulated machines, ' + args.net if args.net else 'one host'}), transport={args.transport}, "
             f"all-reduce of {args.size} float32; command: python -m ringzip.bench.lab.idle {' '.join(argv)}")
@@ -108,11 +124,13 @@ def main(argv=None) -> int:
     stem = "idle" + (f"_net-{args.net.replace(',', '_')}" if args.net else "")
     (out_dir / f"{stem}.json").write_text(json.dumps({"header": head, "rows": rows}, indent=1))
     lines = [f"# The first call after an idle link\n\n{head}\n",
-             "| codec | steady (ms) | " + " | ".join(f"after {g:g} s idle: 1st / steady, then" for g in gaps) + " |",
+             "The first call after each gap over the control's call at the same place (the same calls "
+             "without the gaps), and over the steady state; then the calls after it over the steady state.\n",
+             "| codec | steady (ms) | " + " | ".join(f"after {g:g} s idle" for g in gaps) + " |",
              "|---|---:|" + "---:|" * len(gaps)]
     for r in rows:
-        cells = [f"{v['first_over_steady']:.2f}x, then " + ", ".join(f"{a:.2f}x" for a in v["after_over_steady"])
-                 for v in r["gaps"].values()]
+        cells = [f"{v['first_over_control']:.2f}x the control ({v['first_over_steady']:.2f}x steady), then "
+                 + ", ".join(f"{a:.2f}x" for a in v["after_over_steady"]) for v in r["gaps"].values()]
         lines.append(f"| {r['codec']} | {r['steady_s'] * 1e3:.1f} | " + " | ".join(cells) + " |")
     (out_dir / f"{stem}.md").write_text("\n".join(lines) + "\n")
     log(f"[idle] wrote {out_dir / stem}.md")
