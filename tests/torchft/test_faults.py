@@ -1,7 +1,8 @@
 """Faults the torchft way, with ringzip as torchft's process group: three replicas run a 64 MiB q4
 all-reduce per step through torchft's Manager while one of them is SIGKILLed inside it, is
 SIGSTOPped inside it, or is the one that hosts the quorum's store and is killed. Every survivor's
-step fails (not committed) within the group's timeout and a few seconds, a later step commits on
+step fails (not committed) within the group's timeout and a few seconds -- or, where the victim
+died after its last byte was out, commits on every survivor alike -- a later step commits on
 every survivor with the same result, nothing hangs, and /dev/shm keeps no segment of theirs."""
 from __future__ import annotations
 
@@ -71,16 +72,22 @@ def _check(rows, codes, errs, victim_fault):
     assert len(faults) == 1, (faults, errs)
     victim, at = faults[0]["replica"], faults[0]["at"]
     survivors = [i for i in range(3) if i != victim]
-    took = {}
+    took, late_fault = {}, []
     for i in survivors:
         assert codes[i] == 0, (i, codes[i], errs[i])
         mine = [r for r in rows if r["replica"] == i and "step" in r]
         hit = next(k for k, r in enumerate(mine) if r["ended"] >= at)  # the step the fault met
-        assert mine[hit]["step"] == AT and not mine[hit]["committed"], (i, mine[hit])
+        assert mine[hit]["step"] == AT, (i, mine[hit])
         took[i] = round(mine[hit]["ended"] - at, 2)
-        assert took[i] <= TIMEOUT_S + SLACK_S, f"replica {i}: its step failed {took[i]} s after the fault"
+        assert took[i] <= TIMEOUT_S + SLACK_S, f"replica {i}: its step ended {took[i]} s after the fault"
+        if mine[hit]["committed"]:
+            # The victim died after its last byte was out (it started the step late and finished it
+            # within the delay, or it waited on its last receive): nothing of the step was lost, so
+            # it may commit -- on every survivor alike, with one result (checked below).
+            late_fault.append(i)
         later = [r for r in mine[hit + 1:] if r["committed"]]
         assert later and later[-1]["step"] == STEPS - 1, (i, mine[hit:])
+    assert late_fault in ([], survivors), f"step {AT} committed on replicas {late_fault} only"
     for s in range(AT, STEPS):  # the survivors agree on every committed step
         assert len({r["digest"] for r in rows if r.get("step") == s and r.get("committed")
                     and r["replica"] in survivors}) <= 1, s
