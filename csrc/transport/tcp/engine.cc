@@ -35,6 +35,11 @@ constexpr uint64_t kMaxMessage = uint64_t{1} << 42;
 
 bool again(int err) { return err == EAGAIN || err == EWOULDBLOCK; }
 
+// A socket call on the connection to `peer` failed with errno.
+std::string io_error(int peer) {
+  return "ringzip: the connection to rank " + std::to_string(peer) + " failed: " + std::strerror(errno);
+}
+
 std::string size_mismatch(int peer, uint64_t sent, uint32_t tag, size_t taken) {
   char t[16];
   std::snprintf(t, sizeof t, "0x%08x", tag);
@@ -272,8 +277,7 @@ void Engine::write_some(Conn& c) {
     if (n < 0) {
       if (errno == EINTR) continue;
       if (again(errno)) break;
-      return close_conn(c, "ringzip: the connection to rank " + std::to_string(c.peer) +
-                               " failed: " + std::strerror(errno));
+      return close_conn(c, io_error(c.peer));
     }
     c.out_done += static_cast<size_t>(n);
     if (c.out_done == sizeof f + part.len) {
@@ -313,8 +317,7 @@ void Engine::read_some(Conn& c) {
     if (n < 0) {
       if (errno == EINTR) continue;
       if (again(errno)) return;
-      return close_conn(c, "ringzip: the connection to rank " + std::to_string(c.peer) +
-                               " failed: " + std::strerror(errno));
+      return close_conn(c, io_error(c.peer));
     }
     c.in_got += static_cast<size_t>(n);
     if (!c.in_body) {
