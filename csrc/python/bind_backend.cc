@@ -7,6 +7,7 @@
 #include "python/bindings.h"
 #include "transport/gloo/gloo_transport.h"
 #include "transport/shm/shm_transport.h"
+#include "transport/tcp/kept.h"
 #include "transport/tcp/tcp_transport.h"
 
 namespace py = pybind11;
@@ -86,6 +87,8 @@ void bind_backend(py::module_& m) {
       },
       py::arg("codec"), "the calling thread's codec for the calls it issues (ringzip.compress / ringzip.exact)");
   m.def("pop_call_codec", &pop_call_codec, "ends the innermost push_call_codec of the calling thread");
+  m.def("tcp_kept_connections", &tcp::kept::count,
+        "TCP connections closed groups left for the next group between the same processes");
   m.def(
       "set_split_builder",
       [](py::function build) {

@@ -28,6 +28,7 @@ class RoutedTransport final : public Transport {
   int lookahead() const override;
   void abort() override;
   void set_round_trip(double seconds) override { wide_->set_round_trip(seconds); }
+  double round_trip() const override { return wide_->round_trip(); }
   void close() override;
   Transport& wide() { return *wide_; }
 

@@ -31,6 +31,7 @@ class SubsetTransport final : public Transport {
   int lookahead() const override { return parent_.lookahead(); }
   void abort() override { parent_.abort(); }
   void set_round_trip(double seconds) override { parent_.set_round_trip(seconds); }
+  double round_trip() const override { return parent_.round_trip(); }
 
  private:
   Transport& parent_;

@@ -4,7 +4,8 @@ torchft (``pip install 'ringzip[torchft]'``) rebuilds its process group at every
 change of its quorum; this one builds a ringzip group each time and keeps what belongs to the
 process group across them: the options (``ringzip.set_options(group=pg, ...)`` applies to every
 later group, and a member that joins runs the options the others run), this process's
-error-feedback residuals, and the position of the random streams (ringzip/_membership.py).
+error-feedback residuals, the position of the random streams (ringzip/_membership.py), the
+calibration of the link, and the TCP connections between members that remain.
 A quorum of one member runs exact, as every ringzip group of one rank does.
 
     import ringzip
@@ -38,6 +39,16 @@ class ProcessGroupRingzip(Reconfigurable, ProcessGroupWrapper):
 
     def _create_pg(self, store, rank: int, world_size: int):
         return self._ringzip_process_group(store, rank, world_size, self._timeout)
+
+    def abort(self, errored: bool = True) -> None:
+        if errored or self._pg is None:
+            ProcessGroupWrapper.abort(self, errored)
+            return
+        # A membership change, not a failure (torchft aborts the old group before building the
+        # next): the group closes cleanly, and its idle connections carry over to the next group
+        # between the same processes with their TCP windows open.
+        self._pg.shutdown()
+        self._pg = None
 
     def shutdown(self) -> None:
         self._ringzip_release()

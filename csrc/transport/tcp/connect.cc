@@ -1,5 +1,7 @@
 #include "transport/tcp/connect.h"
 
+#include "transport/tcp/kept.h"
+
 #include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -8,6 +10,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
@@ -20,14 +23,11 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-constexpr uint32_t kHello = 0x31485a52;  // "RZH1"
-
-struct Hello {
-  uint32_t magic;
-  uint32_t rank;
-  uint32_t member;
-  uint32_t size;
-};
+// How long a rank that connects waits for a kept connection's release from its peer (the peer's
+// group closes about when this one's did; past this, it connects anew).
+constexpr auto kReleaseGrace = std::chrono::seconds(2);
+// How often the rank that accepts looks again for kept connections its peers may greet.
+constexpr int kRescanMs = 50;
 
 // Closes what it holds unless released: a failed set-up leaks no socket.
 class Fds {
@@ -135,30 +135,103 @@ void tune(int fd) {
   ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
 }
 
+// A kept connection's release from its peer, waited for until `until`: 1 released, 0 not yet
+// (the connection may still serve later), -1 unusable.
+int await_release(Kept& k, Clock::time_point until) {
+  while (!k.released) {
+    if (!k.advance()) return -1;
+    if (k.released) break;
+    pollfd pfd{k.fd, POLLIN, 0};
+    const int r = ::poll(&pfd, 1, ms_left(until));
+    if (r == 0) return 0;
+    if (r < 0 && errno != EINTR) return -1;
+  }
+  return k.greeted ? 0 : 1;  // greeted toward this end: another group's, which may still take it
+}
+
+// Kept connections a set-up holds: back to the process's set when it ends, however it ends.
+class Holding {
+ public:
+  ~Holding() {
+    try {
+      kept::put(std::move(held));
+    } catch (...) {
+      for (auto& k : held) ::close(k.fd);
+    }
+  }
+  std::vector<Kept> held;
+};
+
+struct Peer {
+  std::string host, port;
+  uint64_t process = 0, group = 0;
+};
+
+Peer parse(int rank, int p, const std::string& where) {
+  Peer peer;
+  std::istringstream in(where);
+  in >> peer.host >> peer.port >> std::hex >> peer.process >> peer.group;
+  if (!in) fail(rank, "rank " + std::to_string(p) + " published '" + where + "', not an address of this build's");
+  return peer;
+}
+
+std::string hex(uint64_t v) {
+  std::ostringstream out;
+  out << std::hex << v;
+  return out.str();
+}
+
+// A group's token, unique per process and group: a greeting names the group it is for.
+uint64_t new_group_token() {
+  static std::atomic<uint64_t> groups{0};
+  return process_key() ^ ((++groups) * 0x9E3779B97F4A7C15ull);
+}
+
 }  // namespace
 
-std::vector<std::vector<int>> connect_all(int rank, int size, int connections, const std::string& address,
-                                          const Meeting& meeting, std::chrono::milliseconds timeout) {
+Connected connect_all(int rank, int size, int connections, const std::string& address, const Meeting& meeting,
+                      std::chrono::milliseconds timeout) {
   const auto deadline = Clock::now() + timeout;
   Fds fds;
-  std::vector<std::vector<int>> sockets(size, std::vector<int>(connections, -1));
+  Holding kept_here;
+  Connected out{std::vector<std::vector<int>>(size, std::vector<int>(connections, -1)),
+                std::vector<uint64_t>(size, 0), 0};
+  auto& sockets = out.sockets;
+  out.processes[rank] = process_key();
   auto [listener, me] = listen_on(rank, address, fds);
-  meeting.publish(me);
+  uint64_t group = rank == 0 ? new_group_token() : 0;
+  meeting.publish(me + " " + hex(process_key()) + " " + hex(group));
 
-  // Every connection to a lower rank at once (a long link's round trip is paid once): the
-  // listener exists before its address is published, so the kernel completes them unaccepted.
+  // To every lower rank: the connections kept from a group before between the two processes
+  // first, once the peer's release says its end is free; new ones for the rest, all at once (a
+  // long link's round trip is paid once): the listener exists before its address is published,
+  // so the kernel completes them unaccepted.
   struct Pending {
     int fd, peer, member;
     std::string where;
+    bool fresh;
   };
   std::vector<Pending> pending;
   for (int p = 0; p < rank; ++p) {
     const std::string where = meeting.lookup(p);
-    std::istringstream in(where);
-    std::string host, port;
-    in >> host >> port;
-    addrinfo* res = resolve(rank, host, port, false);
-    for (int m = 0; m < connections; ++m) {
+    const Peer peer = parse(rank, p, where);
+    out.processes[p] = peer.process;
+    if (p == 0) group = peer.group;
+    int m = 0;
+    const auto grace = std::min(deadline, Clock::now() + kReleaseGrace);
+    for (Kept& k : kept::take_to(peer.process, static_cast<size_t>(connections))) {
+      const int ready = m < connections ? await_release(k, grace) : 0;
+      if (ready > 0) {
+        pending.push_back({fds.add(k.fd), p, m++, where, false});
+        ++out.reused;
+      } else if (ready == 0) {
+        kept_here.held.push_back(k);
+      } else {
+        ::close(k.fd);
+      }
+    }
+    addrinfo* res = m < connections ? resolve(rank, peer.host, peer.port, false) : nullptr;
+    for (; m < connections; ++m) {
       const int fd = fds.add(::socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
       size_buffers(fd);
       if (fd < 0 || (::connect(fd, res->ai_addr, res->ai_addrlen) != 0 && errno != EINPROGRESS)) {
@@ -166,35 +239,51 @@ std::vector<std::vector<int>> connect_all(int rank, int size, int connections, c
         ::freeaddrinfo(res);
         fail(rank, "cannot connect to rank " + std::to_string(p) + " at " + where + ": " + why);
       }
-      pending.push_back({fd, p, m, where});
+      pending.push_back({fd, p, m, where, true});
     }
-    ::freeaddrinfo(res);
+    if (res) ::freeaddrinfo(res);
   }
   for (auto& c : pending) {
-    pollfd pfd{c.fd, POLLOUT, 0};
-    int r;
-    while ((r = ::poll(&pfd, 1, ms_left(deadline))) < 0 && errno == EINTR) {
+    if (c.fresh) {
+      pollfd pfd{c.fd, POLLOUT, 0};
+      int r;
+      while ((r = ::poll(&pfd, 1, ms_left(deadline))) < 0 && errno == EINTR) {
+      }
+      int err = 0;
+      socklen_t len = sizeof err;
+      ::getsockopt(c.fd, SOL_SOCKET, SO_ERROR, &err, &len);
+      if (r == 0 || err != 0)
+        fail(rank, "cannot connect to rank " + std::to_string(c.peer) + " at " + c.where + ": " +
+                       (r == 0 ? "timed out after " + std::to_string(timeout.count()) + " ms" : std::strerror(err)));
     }
-    int err = 0;
-    socklen_t len = sizeof err;
-    ::getsockopt(c.fd, SOL_SOCKET, SO_ERROR, &err, &len);
-    if (r == 0 || err != 0)
-      fail(rank, "cannot connect to rank " + std::to_string(c.peer) + " at " + c.where + ": " +
-                     (r == 0 ? "timed out after " + std::to_string(timeout.count()) + " ms" : std::strerror(err)));
-    Hello hello{kHello, static_cast<uint32_t>(rank), static_cast<uint32_t>(c.member), static_cast<uint32_t>(size)};
+    Hello hello{kHello, static_cast<uint32_t>(rank), static_cast<uint32_t>(c.member), static_cast<uint32_t>(size),
+                process_key(), group};
     const std::string why = exchange(c.fd, &hello, sizeof hello, true, deadline);
     if (!why.empty()) fail(rank, "greeting rank " + std::to_string(c.peer) + " failed: " + why);
     tune(c.fd);
     sockets[c.peer][c.member] = c.fd;
   }
 
-  // The higher ranks' connections, each greeted with who it is.
-  for (int expected = (size - 1 - rank) * connections; expected > 0; --expected) {
-    pollfd pfd{listener, POLLIN, 0};
+  // The higher ranks' connections, new (through the listener) or kept (their greeting arrives
+  // on a socket of the process's kept set), each greeted with who it is.
+  auto place = [&](const Hello& hello, int fd) {
+    if (hello.magic != kHello || static_cast<int>(hello.size) != size || hello.group != group ||
+        static_cast<int>(hello.rank) <= rank || static_cast<int>(hello.rank) >= size ||
+        static_cast<int>(hello.member) >= connections || sockets[hello.rank][hello.member] >= 0)
+      fail(rank, "a connection that is not a peer's of this group arrived (another program, or another "
+                 "group's rank on this address)");
+    tune(fd);
+    sockets[hello.rank][hello.member] = fd;
+    out.processes[hello.rank] = hello.process;
+  };
+  for (int expected = (size - 1 - rank) * connections; expected > 0;) {
+    for (Kept& k : kept::take_for(group)) kept_here.held.push_back(k);
+    std::vector<pollfd> pfds{{listener, POLLIN, 0}};
+    for (const Kept& k : kept_here.held) pfds.push_back({k.fd, static_cast<short>(k.greeted ? 0 : POLLIN), 0});
     int r;
-    while ((r = ::poll(&pfd, 1, ms_left(deadline))) < 0 && errno == EINTR) {
+    while ((r = ::poll(pfds.data(), pfds.size(), std::min(ms_left(deadline), kRescanMs))) < 0 && errno == EINTR) {
     }
-    if (r == 0) {
+    if (r == 0 && ms_left(deadline) == 0) {
       std::string missing;
       for (int p = rank + 1; p < size; ++p)
         for (int m = 0; m < connections; ++m)
@@ -204,24 +293,34 @@ std::vector<std::vector<int>> connect_all(int rank, int size, int connections, c
           }
       fail(rank, "rank(s) " + missing + " did not connect within " + std::to_string(timeout.count()) + " ms");
     }
+    // Kept sockets: what arrived (a release, a greeting); a greeting for this group takes it.
+    auto& held = kept_here.held;
+    for (size_t i = held.size(); i-- > 0;) {
+      Kept& k = held[i];
+      const bool usable = k.greeted || !(pfds[i + 1].revents & (POLLIN | POLLHUP | POLLERR)) || k.advance();
+      if (!usable) ::close(k.fd);
+      const bool ours = usable && k.greeted && k.hello.group == group;
+      if (ours) {
+        place(k.hello, fds.add(k.fd));
+        ++out.reused;
+        --expected;
+      }
+      if (!usable || ours) held.erase(held.begin() + static_cast<std::ptrdiff_t>(i));
+    }
+    if (!(pfds[0].revents & POLLIN)) continue;
     const int fd = ::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (fd < 0) fail(rank, std::string("accept failed: ") + std::strerror(errno));
     fds.add(fd);
     Hello hello{};
     const std::string why = exchange(fd, &hello, sizeof hello, false, deadline);
     if (!why.empty()) fail(rank, "a peer's greeting failed: " + why);
-    if (hello.magic != kHello || static_cast<int>(hello.size) != size || static_cast<int>(hello.rank) <= rank ||
-        static_cast<int>(hello.rank) >= size || static_cast<int>(hello.member) >= connections ||
-        sockets[hello.rank][hello.member] >= 0)
-      fail(rank, "a connection that is not a peer's of this group arrived (another program, or a group "
-                 "of another size on the same store)");
-    tune(fd);
-    sockets[hello.rank][hello.member] = fd;
+    place(hello, fd);
+    --expected;
   }
   // The sockets stay non-blocking (the engine's mode); only the listener goes.
   fds.release();
   ::close(listener);
-  return sockets;
+  return out;
 }
 
 }  // namespace ringzip::tcp

@@ -1,9 +1,12 @@
 #pragma once
 // Connection set-up of the TCP transport, torch-free: a listening socket on this rank's address,
-// then `connections` sockets from every rank to every lower rank, each greeted with who it is.
+// then `connections` sockets from every rank to every lower rank, each greeted with who it is --
+// taken over from a group before between the same processes where one was kept (kept.h), new
+// otherwise.
 // Ranks meet through callbacks that publish and look up an address (the transport passes its
 // store), so this file knows no store.
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
@@ -11,14 +14,20 @@
 namespace ringzip::tcp {
 
 struct Meeting {
-  std::function<void(const std::string& address)> publish;  // this rank's "host port"
+  std::function<void(const std::string& address)> publish;  // this rank's "host port process group"
   std::function<std::string(int rank)> lookup;              // another rank's, waiting for it
 };
 
-// sockets[p][m]: connection m to peer p (none for this rank), blocking mode, TCP_NODELAY, with
-// send and receive buffers as large as the kernel lets a socket ask for. Throws
-// std::runtime_error naming the rank that could not be reached.
-std::vector<std::vector<int>> connect_all(int rank, int size, int connections, const std::string& address,
-                                          const Meeting& meeting, std::chrono::milliseconds timeout);
+struct Connected {
+  // sockets[p][m]: connection m to peer p (none for this rank), non-blocking, TCP_NODELAY, with
+  // send and receive buffers as large as the kernel lets a socket ask for.
+  std::vector<std::vector<int>> sockets;
+  std::vector<uint64_t> processes;  // [p]: peer p's process_key()
+  int reused = 0;                   // connections this rank took over from kept ones
+};
+
+// Throws std::runtime_error naming the rank that could not be reached.
+Connected connect_all(int rank, int size, int connections, const std::string& address, const Meeting& meeting,
+                      std::chrono::milliseconds timeout);
 
 }  // namespace ringzip::tcp

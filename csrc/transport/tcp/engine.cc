@@ -1,5 +1,7 @@
 #include "transport/tcp/engine.h"
 
+#include <linux/tcp.h>  // struct tcp_info with tcpi_min_rtt (glibc's lacks it)
+#include <netinet/in.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -7,25 +9,17 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <stdexcept>
 
 #include "transport/stripes.h"
+#include "transport/tcp/kept.h"
 
 namespace ringzip::tcp {
 namespace {
-
-constexpr uint32_t kData = 0x31445a52;  // "RZD1"
-
-struct Frame {
-  uint32_t kind;
-  uint32_t tag;
-  uint64_t bytes;
-  uint64_t seq;  // the message's number on its connection: 1, 2, ... (a gap is a corrupted stream)
-};
-static_assert(sizeof(Frame) == 24, "the frame header is 24 bytes on the wire");
 
 // Bytes one pass reads from a connection before it turns to the others (level-triggered epoll
 // comes back for the rest), so one busy socket cannot starve the others.
@@ -69,6 +63,7 @@ struct Engine::Conn {
   int fd;
   int peer, member;
   std::string closed;  // why nothing more moves on it; empty while open
+  bool released = false;  // the peer's release frame came: the stream is clean, the socket keepable
   bool writing = false;  // EPOLLOUT asked for
   // Sending: messages in order, the front one partly written.
   std::deque<std::shared_ptr<Part>> out;
@@ -85,7 +80,8 @@ struct Engine::Conn {
   std::map<uint32_t, std::deque<std::shared_ptr<Unexpected>>> unexpected;
 };
 
-Engine::Engine(int rank, int size, std::vector<std::vector<int>> sockets) : rank_(rank), size_(size) {
+Engine::Engine(int rank, int size, std::vector<std::vector<int>> sockets, std::vector<uint64_t> processes)
+    : rank_(rank), size_(size), processes_(std::move(processes)) {
   conns_.resize(size);
   epoll_ = ::epoll_create1(EPOLL_CLOEXEC);
   event_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -229,18 +225,45 @@ void Engine::abort(const std::string& why) noexcept {
   shut("ringzip: the tcp transport was aborted (" + why + ")");
 }
 
+double Engine::min_round_trip() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  uint32_t least = 0;
+  for (const auto& row : conns_)
+    for (const auto& c : row) {
+      tcp_info info{};
+      socklen_t len = sizeof info;
+      if (!c->closed.empty() || ::getsockopt(c->fd, IPPROTO_TCP, TCP_INFO, &info, &len) != 0) continue;
+      const uint32_t rtt = len >= offsetof(tcp_info, tcpi_min_rtt) + sizeof info.tcpi_min_rtt ? info.tcpi_min_rtt : 0;
+      if (rtt > 0 && rtt != ~0u && (least == 0 || rtt < least)) least = rtt;
+    }
+  return least * 1e-6;
+}
+
 void Engine::close() noexcept {
+  std::vector<Kept> kept;
   {
     std::lock_guard<std::mutex> lk(mu_);
     if (closed_) return;
     closed_ = true;
+    if (shut_.empty())
+      for (auto& row : conns_)
+        for (auto& c : row)
+          if (keep(*c)) {
+            kept.push_back(Kept{c->fd, processes_[c->peer], c->released});
+            c->fd = -1;
+          }
     shut("ringzip: the tcp transport was closed (process group shut down)");
   }
   if (thread_.joinable()) thread_.join();
   for (auto& row : conns_)
-    for (auto& c : row) ::close(c->fd);
+    for (auto& c : row)
+      if (c->fd >= 0) ::close(c->fd);
   ::close(epoll_);
   ::close(event_);
+  try {
+    kept::put(std::move(kept));
+  } catch (...) {  // no memory: they close with the process
+  }
 }
 
 // ------------------------------------------------------------------------- under mu_
@@ -334,6 +357,7 @@ void Engine::read_some(Conn& c) {
 
 void Engine::on_frame(Conn& c) {
   const Frame& f = c.in;
+  if (f.kind == kRelease && f.bytes == 0 && f.seq == c.in_seq) return on_release(c);
   if (f.kind != kData || f.bytes == 0 || f.bytes > kMaxMessage || f.seq != c.in_seq++)
     return close_conn(c, "ringzip: the stream from rank " + std::to_string(c.peer) +
                              " holds a frame this build does not know (a corrupted stream, or another program)");
@@ -417,11 +441,44 @@ void Engine::fail(Op& op, const std::string& why) {
   done_cv_.notify_all();
 }
 
+// The peer's group closed cleanly: it sends nothing more in this group and reads nothing more.
+// The connection ends for this group like a closed one, but its socket stays open, to be kept
+// (unless a message of ours is on its way: the peer would never read it).
+void Engine::on_release(Conn& c) {
+  const std::string why = "ringzip: rank " + std::to_string(c.peer) + " shut down its process group";
+  if (!c.out.empty()) return close_conn(c, why);
+  c.released = true;
+  end_conn(c, why);
+}
+
+// A connection the group may leave to the next one: nothing of this group's in flight on it,
+// either way, and our release frame sent whole.
+bool Engine::keep(Conn& c) {
+  if ((!c.closed.empty() && !c.released) || !c.out.empty() || c.in_body || c.in_got != 0 || !c.unexpected.empty())
+    return false;
+  for (auto& [tag, q] : c.posted)
+    if (!q.empty()) return false;
+  const Frame f{kRelease, 0, 0, c.next_seq};
+  const ssize_t n = ::send(c.fd, &f, sizeof f, MSG_NOSIGNAL | MSG_DONTWAIT);
+  if (n == static_cast<ssize_t>(sizeof f)) {
+    if (c.closed.empty()) end_conn(c, "ringzip: the tcp transport was closed (process group shut down)");
+    return true;
+  }
+  return false;  // the socket did not take it whole (or failed): the stream is not clean
+}
+
 // Nothing more moves on the connection: every operation on it that is not complete fails with
 // `why`, and so does every later one (a receive still takes a message that arrived whole before).
 // Its socket leaves the event loop and is shut, so the peer learns it at once (closed with the
 // engine). Receives from any source fail once no peer can send any more.
 void Engine::close_conn(Conn& c, const std::string& why) {
+  if (!c.closed.empty()) return;
+  end_conn(c, why);
+  ::shutdown(c.fd, SHUT_RDWR);
+}
+
+// close_conn() without touching the socket.
+void Engine::end_conn(Conn& c, const std::string& why) {
   if (!c.closed.empty()) return;
   c.closed = why;
   for (auto& p : c.out) fail(*p->op, why);
@@ -438,7 +495,6 @@ void Engine::close_conn(Conn& c, const std::string& why) {
   c.in_part.reset();
   c.in_unexp.reset();
   ::epoll_ctl(epoll_, EPOLL_CTL_DEL, c.fd, nullptr);
-  ::shutdown(c.fd, SHUT_RDWR);
   if (c.member != 0) return;
   for (int p = 0; p < size_; ++p)
     if (p != rank_ && conns_[p][0]->closed.empty()) return;

@@ -24,6 +24,11 @@
 // operation that failed is never touched again, whatever of it is still queued or streaming in
 // (its buffer may be gone): a message meant for it is read into a sink. abort() shuts every
 // socket, so peers blocked on this rank fail at once too.
+//
+// Closing: close() keeps every connection that is idle and healthy for the next group between
+// the same processes (kept.h): it sends a release frame on it and hands the socket over instead
+// of closing it. A release frame from the peer ends the connection for this group as a close
+// would (what is posted on it fails), but leaves the socket to be kept.
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -51,8 +56,9 @@ struct Op {
 
 class Engine {
  public:
-  // sockets[p][m]: connection m to peer p, connected and greeted (empty for this rank).
-  Engine(int rank, int size, std::vector<std::vector<int>> sockets);
+  // sockets[p][m]: connection m to peer p, connected and greeted (empty for this rank);
+  // processes[p]: peer p's process_key() (kept.h).
+  Engine(int rank, int size, std::vector<std::vector<int>> sockets, std::vector<uint64_t> processes);
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
@@ -72,7 +78,10 @@ class Engine {
   // aborts the engine (as the shm transport does).
   void drop(const Op& op) noexcept;
   void abort(const std::string& why) noexcept;
-  // Stops the thread and closes every socket; pending operations fail.
+  // The least of the connections' minimum round trips (TCP_INFO), in seconds; 0 if none knows.
+  double min_round_trip() const;
+  // Stops the thread; pending operations fail. Idle, healthy connections are kept for the next
+  // group (kept.h), the others closed.
   void close() noexcept;
 
  private:
@@ -94,15 +103,19 @@ class Engine {
   void finish(Part& p);
   void fail(Op& op, const std::string& why);
   void close_conn(Conn& c, const std::string& why);
+  void end_conn(Conn& c, const std::string& why);
+  void on_release(Conn& c);
+  bool keep(Conn& c);
   void shut(const std::string& why);
 
   const int rank_, size_;
+  const std::vector<uint64_t> processes_;
   size_t pool_ = 0;
   std::vector<std::vector<std::unique_ptr<Conn>>> conns_;  // [peer][member]
   std::map<uint32_t, std::deque<std::shared_ptr<Part>>> any_;  // receives from any source, by tag
   uint64_t arrivals_ = 0;                                  // orders unexpected messages across peers
   std::vector<char> sink_ = std::vector<char>(64 << 10);   // where a message nobody takes goes
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::condition_variable done_cv_;
   std::string shut_;  // why the engine is unusable; empty while open
   bool closed_ = false;

@@ -48,6 +48,7 @@ class TcpTransport final : public Transport {
   void close() override { e_->close(); }
   // As on Gloo: stripes only where the agreed round trip is long (transport/gloo/).
   void set_round_trip(double seconds) override { long_ = seconds >= kLongRoundTrip; }
+  double round_trip() const override { return e_->min_round_trip(); }
 
  private:
   size_t stripes(size_t bytes, uint32_t tag) const { return stripe_count(bytes, tag, e_->pool(), long_); }
@@ -67,8 +68,9 @@ std::unique_ptr<Transport> make_tcp_transport(const c10::intrusive_ptr<c10d::Sto
         const auto v = store->get("addr/" + std::to_string(peer));
         return std::string(v.begin(), v.end());
       }};
-  auto sockets = tcp::connect_all(rank, size, options.connections, options.address, meeting, timeout);
-  return std::make_unique<TcpTransport>(std::make_shared<Engine>(rank, size, std::move(sockets)));
+  auto c = tcp::connect_all(rank, size, options.connections, options.address, meeting, timeout);
+  return std::make_unique<TcpTransport>(
+      std::make_shared<Engine>(rank, size, std::move(c.sockets), std::move(c.processes)));
 }
 
 }  // namespace ringzip

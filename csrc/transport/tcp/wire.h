@@ -1,0 +1,31 @@
+#pragma once
+// What the TCP transport puts on a connection: a greeting when a group takes the connection
+// (new, or kept from a group before: kept.h), then messages, each a frame header and its bytes,
+// and a release frame when the group closes cleanly.
+#include <cstdint>
+
+namespace ringzip::tcp {
+
+constexpr uint32_t kHello = 0x32485a52;    // "RZH2"
+constexpr uint32_t kData = 0x31445a52;     // "RZD1": a message of `bytes` bytes follows
+constexpr uint32_t kRelease = 0x31525a52;  // "RZR1": the sender's group closed; nothing follows for it
+
+struct Hello {
+  uint32_t magic;
+  uint32_t rank;
+  uint32_t member;
+  uint32_t size;
+  uint64_t process;  // the sender's process_key() (kept.h)
+  uint64_t group;    // the group's token (rank 0's, from its published address)
+};
+static_assert(sizeof(Hello) == 32, "the greeting is 32 bytes on the wire");
+
+struct Frame {
+  uint32_t kind;
+  uint32_t tag;
+  uint64_t bytes;
+  uint64_t seq;  // the frame's number on its connection in this group: 1, 2, ... (a gap is a corrupted stream)
+};
+static_assert(sizeof(Frame) == 24, "the frame header is 24 bytes on the wire");
+
+}  // namespace ringzip::tcp
