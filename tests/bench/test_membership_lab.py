@@ -5,15 +5,22 @@ from ringzip.bench.lab import diloco_sites, idle, reconfigure
 
 
 def test_first_call_over_the_steady_state():
-    # Group 0 is the job's start; the steady state is the median of the later halves of groups 1-2.
-    groups = [{"configure_s": 1.0, "times_s": [0.5, 0.1, 0.1, 0.1]},
-              {"configure_s": 0.02, "times_s": [0.3, 0.2, 0.1, 0.1]},
-              {"configure_s": 0.04, "times_s": [0.1, 0.1, 0.1, 0.1]}]
-    s = reconfigure.summarize(groups)
+    # Group 0 is the job's start; the steady state is the median of every rank's later halves of
+    # groups 1-2; a group's first call runs from the last rank's end of configure to the last
+    # rank's result.
+    rank0 = [{"configure_s": 1.0, "configured_at": 10.0, "times_s": [0.5, 0.1, 0.1, 0.1]},
+             {"configure_s": 0.02, "configured_at": 20.0, "times_s": [0.9, 0.2, 0.1, 0.1]},
+             {"configure_s": 0.04, "configured_at": 31.0, "times_s": [0.1, 0.1, 0.1, 0.1]}]
+    rank1 = [{"configure_s": 1.0, "configured_at": 10.5, "times_s": [0.4, 0.1, 0.1, 0.1]},
+             {"configure_s": 0.6, "configured_at": 20.6, "times_s": [0.3, 0.2, 0.3, 0.1]},
+             {"configure_s": 0.03, "configured_at": 30.0, "times_s": [1.3, 0.1, 0.1, 0.1]}]
+    s = reconfigure.summarize([rank0, rank1])
     assert s["steady_ms"] == 100.0
-    assert s["first_over_steady_median"] == 2.0 and s["first_over_steady_worst"] == 3.0
-    assert s["second_over_steady_median"] == 1.5
-    assert s["configure_ms_median"] == 30.0 and s["first_group_first_over_steady"] == 5.0
+    # group 1: from 20.6 to max(20.9, 20.9) = 0.3 s; group 2: from 31.0 to max(31.1, 31.3) = 0.3 s
+    assert s["first_over_steady_median"] == 3.0 and s["first_over_steady_worst"] == 3.0
+    assert s["second_over_steady_median"] == 1.5  # the slowest rank's: 0.2 and 0.1
+    assert s["rank0_first_over_steady_median"] == 5.0  # (9 + 1) / 2
+    assert s["configure_ms_median"] == 320.0 and s["first_group_first_over_steady"] == 5.0
 
 
 def test_time_to_target_and_ranges():
