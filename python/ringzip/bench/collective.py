@@ -8,8 +8,8 @@ import time
 from pathlib import Path
 
 from . import report
-from .common import (default_results_dir, fmt_bytes, fmt_rate, header_lines, log, NetSpec, parse_key_values, parse_net,
-                     parse_rate_bits, parse_size, size_sweep, split_list, versions, cpu_model)
+from .common import (NetSpec, cpu_model, fmt_bytes, fmt_rate, header_lines, log, parse_key_values, parse_net,
+                     parse_rate_bits, parse_size, results_dir, size_sweep, split_list, versions)
 from .launch import Launcher, log_tail
 from .ops import DTYPES, OPS, canonical_dtype, element_count, redop
 from .plan import build_plan, configs
@@ -214,7 +214,7 @@ def run(args) -> int:
               "link_gbit": spec["link_gbit"], "date": time.strftime("%Y-%m-%d %H:%M:%S"),
               "preset": args.preset, "argv": getattr(args, "argv", None), **extra}
 
-    out_dir = Path(args.out_dir) if args.out_dir else default_results_dir()
+    out_dir = results_dir(args.out_dir)
     stem = None
     if args.preset:
         tag = "loopback" if not net_arg else "net-" + net_arg.replace(",", "-")

@@ -240,6 +240,13 @@ def default_results_dir() -> Path:
     return (root / "bench" / "results") if root else (Path.cwd() / "bench" / "results")
 
 
+def results_dir(out_dir: str | None) -> Path:
+    """Where a benchmark writes its results: `out_dir` (created if missing), else bench/results."""
+    d = Path(out_dir) if out_dir else default_results_dir()
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
 def python_path_env() -> str:
     """PYTHONPATH that lets a child `python -m ringzip.bench.*` import this very package."""
     pkg_parent = str(Path(__file__).resolve().parents[2])

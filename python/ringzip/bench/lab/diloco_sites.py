@@ -25,7 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from ..common import cpu_model, default_results_dir, log, parse_net, python_path_env, shm_segments
+from ..common import cpu_model, log, parse_net, python_path_env, results_dir, shm_segments
 
 EXAMPLE = Path(__file__).resolve().parents[4] / "examples" / "diloco.py"
 LIGHTHOUSE_PORT = 29510
@@ -160,7 +160,7 @@ def report(args, rows, kills, began, ended, left) -> int:
            "curve": [[round(first_commit[s] - began, 1), s, min(r["val_bpc"] for r in rows if r["step"] == s)]
                      for s in sorted(first_commit)],
            "command": "python -m ringzip.bench.lab.diloco_sites " + " ".join(sys.argv[1:])}
-    out_dir = Path(args.out_dir) if args.out_dir else default_results_dir()
+    out_dir = results_dir(args.out_dir)
     (out_dir / f"{args.stem}.json").write_text(json.dumps(res, indent=1))
     ok = bool(by_step) and not split and not left
     md = [f"# DiLoCo across {args.sites} emulated sites: {args.codec}\n",

@@ -17,7 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from ..common import NetSpec, cpu_model, default_results_dir, log, parse_rate_bits, parse_size
+from ..common import NetSpec, cpu_model, log, parse_rate_bits, parse_size, results_dir
 from ..rank import Events, join, leave, load_spec
 
 
@@ -80,7 +80,7 @@ def _report(args, calls: list[dict]) -> int:
     settled = next((c["i"] for c in after if all(d["choice"] == final for d in after if d["i"] >= c["i"])), None)
     settled = None if settled is None else settled - args.switch_at
     old, left = _followed(calls, args.switch_at)
-    out_dir = Path(args.out_dir) if args.out_dir else default_results_dir()
+    out_dir = results_dir(args.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     head = (f"{time.strftime('%Y-%m-%d %H:%M')}; CPU {cpu_model()} x {os.cpu_count()}; load average "
             f"{os.getloadavg()[0]:.2f}; {args.nproc} ranks, {args.size} float32, codec {args.codec}; link "

@@ -28,8 +28,8 @@ import time
 from pathlib import Path
 
 from . import grid_report
-from ..common import (NetSpec, cpu_model, default_results_dir, fmt_bytes, header_lines, log, parse_rate_bits, parse_size,
-                     split_list, versions)
+from ..common import (NetSpec, cpu_model, fmt_bytes, header_lines, log, parse_rate_bits, parse_size, results_dir,
+                      split_list, versions)
 from ..plan import configs
 
 DEFAULTS = dict(sizes="64K,1M,4M,16M,64M", links="loopback,10gbit,3gbit,1gbit", nproc="3,4", repeat=3,
@@ -78,7 +78,7 @@ def run(args) -> int:
     sizes = [parse_size(s) for s in split_list(args.sizes)]
     links = split_list(args.links)
     nprocs = [int(n) for n in split_list(args.nproc)]
-    out_dir = Path(args.out_dir) if args.out_dir else default_results_dir()
+    out_dir = results_dir(args.out_dir)
     load = os.getloadavg()[0]
     header = {"versions": versions(), "cpu": cpu_model(), "cores": os.cpu_count(), "date": time.strftime("%Y-%m-%d %H:%M"),
               "load_before": load, "argv": getattr(args, "argv", None), "sizes": sizes, "links": links,

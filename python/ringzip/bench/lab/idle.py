@@ -24,7 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from ..common import cpu_model, default_results_dir, log, parse_net, parse_size
+from ..common import cpu_model, log, parse_net, parse_size, results_dir
 
 
 def rank_main(spec: dict) -> None:
@@ -120,7 +120,7 @@ def main(argv=None) -> int:
     head = (f"{time.strftime('%Y-%m-%d')}, {cpu_model()}, {args.nproc} ranks "
             f"({'emulated machines, ' + args.net if args.net else 'one host'}), transport={args.transport}, "
             f"all-reduce of {args.size} float32; command: python -m ringzip.bench.lab.idle {' '.join(argv)}")
-    out_dir = Path(args.out_dir) if args.out_dir else default_results_dir()
+    out_dir = results_dir(args.out_dir)
     stem = "idle" + (f"_net-{args.net.replace(',', '_')}" if args.net else "")
     (out_dir / f"{stem}.json").write_text(json.dumps({"header": head, "rows": rows}, indent=1))
     lines = [f"# The first call after an idle link\n\n{head}\n",

@@ -26,7 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from ..common import cpu_model, default_results_dir, log, parse_net, parse_size
+from ..common import cpu_model, log, parse_net, parse_size, results_dir
 from ..rank import Events, join, leave, load_spec
 
 
@@ -230,7 +230,7 @@ def _report(args, rows, series, head: str | None = None, tuner: dict | None = No
         for k, run in enumerate(series[row]):
             lines.append(f"- {row} run {k}: " + ", ".join(
                 f"{c['ms']:.0f}{'*' if c.get('tried') else ''}{'' if 'way' not in c else ' ' + c['way']}" for c in run))
-    out_dir = Path(args.out_dir) if args.out_dir else default_results_dir()
+    out_dir = results_dir(args.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / f"{args.stem}.md").write_text("\n".join(lines) + "\n")
     (out_dir / f"{args.stem}.json").write_text(json.dumps(

@@ -24,7 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from ..common import cpu_model, default_results_dir, log, parse_net, parse_size
+from ..common import cpu_model, log, parse_net, parse_size, results_dir
 
 
 def rank_main(spec: dict) -> None:
@@ -124,8 +124,7 @@ def main(argv=None) -> int:
             f"({'emulated machines, ' + args.net if args.net else 'one host'}), all-reduce of {args.size} float32, "
             f"{args.quorums} groups x {args.calls} calls; command: python -m ringzip.bench.lab.reconfigure "
             f"{' '.join(argv)}")
-    out_dir = Path(args.out_dir) if args.out_dir else default_results_dir()
-    out_dir.mkdir(parents=True, exist_ok=True)
+    out_dir = results_dir(args.out_dir)
     stem = "reconfigure" + (f"_net-{args.net.replace(',', '_')}" if args.net else "")
     (out_dir / f"{stem}.json").write_text(json.dumps({"header": head, "rows": rows}, indent=1))
     lines = [f"# First calls after a membership change\n\n{head}\n",

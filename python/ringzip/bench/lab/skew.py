@@ -22,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from ..common import cpu_model, default_results_dir, log, parse_net, parse_size
+from ..common import cpu_model, log, parse_net, parse_size, results_dir
 
 
 def rank_main(mode: str, codec: str, count: int, calls: int) -> int:
@@ -118,7 +118,7 @@ def main(argv=None) -> int:
     for r in rows:
         if r["rank"] == 0:
             lines.append(f"- {r['codec']} {r['mode']}: " + " ".join(f"{m:.0f}" for m in r["ms"]))
-    out = Path(args.out_dir) if args.out_dir else default_results_dir()
+    out = results_dir(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{args.stem}.md").write_text("\n".join(lines) + "\n")
     (out / f"{args.stem}.json").write_text(json.dumps({"header": head, "rows": rows}, indent=1))
