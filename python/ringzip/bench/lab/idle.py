@@ -40,16 +40,22 @@ def rank_main(spec: dict) -> None:
                             pg_options=ringzip.Options(codec=spec["codec"], transport=spec["transport"]))
     x = torch.randn(spec["numel"])
 
+    ways = []
+
     def call() -> float:
         y = x.clone()
         t0 = time.perf_counter()
         dist.all_reduce(y)
-        return time.perf_counter() - t0
+        took = time.perf_counter() - t0
+        last = ringzip.stats()["auto"].get("last", {})
+        ways.append(f"{last.get('way', '?')}{' (tried)' if last.get('tried') else ''}")
+        return took
 
     out = {"warm": [call() for _ in range(spec["warm"])], "sleeps": spec["gaps"], "gaps": []}
     for gap in spec["gaps"]:
         time.sleep(gap)  # every rank left the last call within milliseconds of the others
         out["gaps"].append([call() for _ in range(1 + spec["after"])])
+    out["ways"] = ways  # what the cost model ran at each call, in order: the same on every rank
     dist.destroy_process_group()
     Path(spec["out"]).with_suffix(f".rank{rank}.json").write_text(json.dumps(out))
 
@@ -74,6 +80,11 @@ def summarize(per_rank: list[dict], control: list[dict] | None = None) -> dict:
                                 "first_s": c[0]}
         if same_place:
             g["first_over_control"], g["control_s"] = c[0] / same_place[k][0], same_place[k][0]
+        at = len(warm) + sum(len(x) for x in calls[:k])  # the first call's number, from 0
+        if "ways" in per_rank[0]:
+            g["way"] = per_rank[0]["ways"][at]
+        if control and "ways" in control[0]:
+            g["control_way"] = control[0]["ways"][at]
     return {"steady_s": steady, "warm_s": warm, "gaps": gaps}
 
 
@@ -130,7 +141,9 @@ def main(argv=None) -> int:
              "|---|---:|" + "---:|" * len(gaps)]
     for r in rows:
         cells = [f"{v['first_over_control']:.2f}x the control ({v['first_over_steady']:.2f}x steady), then "
-                 + ", ".join(f"{a:.2f}x" for a in v["after_over_steady"]) for v in r["gaps"].values()]
+                 + ", ".join(f"{a:.2f}x" for a in v["after_over_steady"])
+                 + (f"; ran {v['way']}, the control {v['control_way']}" if "control_way" in v else "")
+                 for v in r["gaps"].values()]
         lines.append(f"| {r['codec']} | {r['steady_s'] * 1e3:.1f} | " + " | ".join(cells) + " |")
     (out_dir / f"{stem}.md").write_text("\n".join(lines) + "\n")
     log(f"[idle] wrote {out_dir / stem}.md")
