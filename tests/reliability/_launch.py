@@ -114,11 +114,9 @@ def init(tmp: str, rank: int, world: int, name: str = "rdv", **kw):
 
 
 def threads_and_fds() -> tuple[int, int]:
-    """This process's threads and open files, the TCP connections closed groups keep for the next
-    group aside (bounded, reused: tests/transport/test_kept.py, test_pool.py)."""
-    from ringzip import _C
+    from ringzip.bench.common import threads_and_fds as count  # the kept TCP connections aside
 
-    return len(os.listdir("/proc/self/task")), len(os.listdir("/proc/self/fd")) - _C.tcp_kept_connections()
+    return count()
 
 
 def rss_bytes() -> int:

@@ -1,7 +1,5 @@
 #include "transport/tcp/connect.h"
 
-#include "transport/tcp/kept.h"
-
 #include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -17,6 +15,8 @@
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
+
+#include "transport/tcp/kept.h"
 
 namespace ringzip::tcp {
 namespace {
@@ -138,7 +138,7 @@ void tune(int fd) {
 // A kept connection's release from its peer, waited for until `until`: 1 released, 0 not yet
 // (the connection may still serve later), -1 unusable.
 int await_release(Kept& k, Clock::time_point until) {
-  while (!k.released) {
+  while (true) {
     if (!k.advance()) return -1;
     if (k.released) break;
     pollfd pfd{k.fd, POLLIN, 0};
@@ -195,7 +195,7 @@ Connected connect_all(int rank, int size, int connections, const std::string& ad
   Fds fds;
   Holding kept_here;
   Connected out{std::vector<std::vector<int>>(size, std::vector<int>(connections, -1)),
-                std::vector<uint64_t>(size, 0), 0};
+                std::vector<uint64_t>(size, 0)};
   auto& sockets = out.sockets;
   out.processes[rank] = process_key();
   auto [listener, me] = listen_on(rank, address, fds);
@@ -223,7 +223,6 @@ Connected connect_all(int rank, int size, int connections, const std::string& ad
       const int ready = m < connections ? await_release(k, grace) : 0;
       if (ready > 0) {
         pending.push_back({fds.add(k.fd), p, m++, where, false});
-        ++out.reused;
       } else if (ready == 0) {
         kept_here.held.push_back(k);
       } else {
@@ -302,7 +301,6 @@ Connected connect_all(int rank, int size, int connections, const std::string& ad
       const bool ours = usable && k.greeted && k.hello.group == group;
       if (ours) {
         place(k.hello, fds.add(k.fd));
-        ++out.reused;
         --expected;
       }
       if (!usable || ours) held.erase(held.begin() + static_cast<std::ptrdiff_t>(i));

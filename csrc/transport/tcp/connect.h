@@ -23,7 +23,6 @@ struct Connected {
   // send and receive buffers as large as the kernel lets a socket ask for.
   std::vector<std::vector<int>> sockets;
   std::vector<uint64_t> processes;  // [p]: peer p's process_key()
-  int reused = 0;                   // connections this rank took over from kept ones
 };
 
 // Throws std::runtime_error naming the rank that could not be reached.

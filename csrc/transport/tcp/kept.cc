@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <chrono>
 #include <cstring>
 #include <deque>
@@ -41,6 +42,23 @@ void sweep() {
       it = kept_set.erase(it);
     }
   }
+}
+
+// Up to `n` of the connections `want` takes, oldest first, out of the set (after a sweep).
+template <class Want>
+std::vector<Kept> take_if(Want want, size_t n) {
+  std::lock_guard<std::mutex> lk(mu);
+  sweep();
+  std::vector<Kept> out;
+  for (auto it = kept_set.begin(); it != kept_set.end() && out.size() < n;) {
+    if (want(*it)) {
+      out.push_back(*it);
+      it = kept_set.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  return out;
 }
 
 }  // namespace
@@ -90,33 +108,11 @@ void put(std::vector<Kept> connections) {
 }
 
 std::vector<Kept> take_to(uint64_t peer, size_t n) {
-  std::lock_guard<std::mutex> lk(mu);
-  sweep();
-  std::vector<Kept> out;
-  for (auto it = kept_set.begin(); it != kept_set.end() && out.size() < n;) {
-    if (it->peer == peer && !it->greeted) {
-      out.push_back(*it);
-      it = kept_set.erase(it);
-    } else {
-      ++it;
-    }
-  }
-  return out;
+  return take_if([peer](const Kept& k) { return k.peer == peer && !k.greeted; }, n);
 }
 
 std::vector<Kept> take_for(uint64_t group) {
-  std::lock_guard<std::mutex> lk(mu);
-  sweep();
-  std::vector<Kept> out;
-  for (auto it = kept_set.begin(); it != kept_set.end();) {
-    if (!it->greeted || it->hello.group == group) {
-      out.push_back(*it);
-      it = kept_set.erase(it);
-    } else {
-      ++it;
-    }
-  }
-  return out;
+  return take_if([group](const Kept& k) { return !k.greeted || k.hello.group == group; }, SIZE_MAX);
 }
 
 size_t count() {

@@ -13,10 +13,8 @@
 // and the other end (the lower rank) takes a greeting from a kept socket as it takes one from a
 // new connection. An end that aborted, failed or exited closes the socket instead; a kept socket
 // that reports end-of-file, an error, or anything but these frames is closed and forgotten.
-#include <sys/types.h>
-
+#include <cstddef>
 #include <cstdint>
-#include <string>
 #include <vector>
 
 #include "transport/tcp/wire.h"

@@ -108,6 +108,8 @@ def main(argv=None) -> int:
     from ..netem import open_env
 
     gaps = [float(g) for g in args.gaps.split(",")]
+    if len(set(gaps)) != len(gaps):  # the report keys a gap by its length
+        p.error(f"--gaps {args.gaps}: give each length once")
     rows = []
     with tempfile.TemporaryDirectory(prefix="ringzip-idle-") as tmp, \
             (open_env(args.nproc, parse_net(args.net), log=log) if args.net else contextlib.nullcontext()) as env:

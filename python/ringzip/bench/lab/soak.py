@@ -36,7 +36,7 @@ import zlib
 from datetime import timedelta
 from pathlib import Path
 
-from ..common import shm_segments
+from ..common import shm_segments, threads_and_fds
 from ..launch import log_tail, run_once
 
 CODECS = ["none", "fp16", "bf16", "q8", "q4", "q2", "q1", "topk:0.05", "randomk:0.05", "auto"]
@@ -66,10 +66,7 @@ def rss() -> int:
 
 
 def counts() -> list:
-    """Threads and open files, the TCP connections closed groups keep for the next group aside."""
-    from ringzip import _C
-
-    return [len(os.listdir("/proc/self/task")), len(os.listdir("/proc/self/fd")) - _C.tcp_kept_connections()]
+    return list(threads_and_fds())
 
 
 class Worker:
