@@ -283,7 +283,10 @@ bool Engine::drain(Peer& p, bool rescue) {
     }
     p.got += h.payload;
     budget -= std::min(budget, frame_bytes(h.payload));
-    p.in.release(h);
+    if (!p.in.release(h)) {
+      peer_gone(p, "the ring from rank " + who(p.rank) + " was overwritten: its tail is not the one this rank stored");
+      return true;
+    }
     moved = true;
     if (p.got == p.total) {
       if (p.into_op) complete(*p.into_op);
@@ -339,7 +342,13 @@ bool Engine::push(Peer& p) {
     if (op.done == 0 && !p.unacked.empty() && op.number - p.unacked.front()->number >= RingControl::kAckSlots)
       break;  // its acknowledgement slot is still taken
     const size_t left = op.bytes - op.done;
-    const size_t n = p.out.room(std::min(left, max_frame_), std::min(left, min_frame_));
+    bool corrupt = false;
+    const size_t n = p.out.room(std::min(left, max_frame_), std::min(left, min_frame_), corrupt);
+    if (corrupt) {
+      peer_gone(p, "the ring to rank " + who(p.rank) + " was overwritten: its tail is not one rank " + who(p.rank) +
+                       " can have stored");
+      return true;
+    }
     if (n == 0) break;
     p.out.write(op.done ? FrameKind::Data : FrameKind::Message, op.tag, op.done ? op.done : op.bytes, op.number,
                 op.data + op.done, n);

@@ -7,6 +7,10 @@
 // the start (they never wrap; 2^64 bytes is centuries of traffic). The producer copies a frame
 // in, then publishes it with a release store of head; the consumer acquires head, reads the
 // frame and releases its bytes with a store of tail. Only whole frames are ever visible.
+// Each side trusts only the word it owns: a tail the producer loads that is ahead of its head,
+// more than a ring behind it or behind the last one seen was not stored by the consumer, and
+// the consumer checks that its tail is still the one it stored before it takes a frame's bytes
+// (a tail moved by someone else lets the producer overwrite frames not yet read).
 //
 // A message is a Message frame (tag, total size, first bytes) followed by Data frames with the
 // rest, in order, nothing else in between: a ring is one ordered stream, so at most one message
@@ -49,10 +53,19 @@ class Producer {
 
   // How many payload bytes (at most `want`, at least `least`, 1 <= least <= want) one frame can
   // carry now; 0 when the ring has not room for `least`. Writes a Wrap frame when only the
-  // start of the ring has room.
-  size_t room(size_t want, size_t least) {
+  // start of the ring has room. Returns 0 with `corrupt` set when the consumer's tail is one it
+  // cannot have stored; the caller stops writing to this ring.
+  size_t room(size_t want, size_t least, bool& corrupt) {
+    corrupt = false;
     for (int pass = 0; pass < 2; ++pass) {
-      if (cap_ - (head_ - tail_) < frame_bytes(least)) tail_ = ctl_->tail.load(std::memory_order_acquire);
+      if (cap_ - (head_ - tail_) < frame_bytes(least)) {
+        const uint64_t seen = ctl_->tail.load(std::memory_order_acquire);
+        if (seen < tail_ || head_ - seen > cap_) {
+          corrupt = true;
+          return 0;
+        }
+        tail_ = seen;
+      }
       const size_t free = cap_ - (head_ - tail_);
       const size_t contig = cap_ - head_ % cap_;
       const size_t room = std::min(free, contig);
@@ -114,8 +127,9 @@ class Consumer {
       std::memcpy(&h, data_ + at, sizeof h);
       std::atomic_thread_fence(std::memory_order_acquire);  // the payload is read after its header
       if (h.kind == FrameKind::Wrap) {
-        release_bytes(cap_ - at);
-        continue;
+        if (release_bytes(cap_ - at)) continue;
+        corrupt = true;
+        return true;
       }
       corrupt = (h.kind != FrameKind::Message && h.kind != FrameKind::Data) ||
                 h.payload > cap_ - at - sizeof(FrameHeader) || frame_bytes(h.payload) > head_ - tail_;
@@ -124,13 +138,18 @@ class Consumer {
     }
   }
 
-  // Frees the frame that next() returned.
-  void release(const FrameHeader& h) { release_bytes(frame_bytes(h.payload)); }
+  // Frees the frame that next() returned, once its bytes were read; false (nothing freed) when
+  // the tail in shared memory is not the one this consumer stored: the producer may have
+  // written over the frame while it was read.
+  bool release(const FrameHeader& h) { return release_bytes(frame_bytes(h.payload)); }
 
  private:
-  void release_bytes(size_t n) {
+  bool release_bytes(size_t n) {
+    std::atomic_thread_fence(std::memory_order_acquire);  // the frame's bytes are read before the check
+    if (ctl_->tail.load(std::memory_order_relaxed) != tail_) return false;
     tail_ += n;
     ctl_->tail.store(tail_, std::memory_order_release);
+    return true;
   }
 
   RingControl* ctl_ = nullptr;
