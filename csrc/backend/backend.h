@@ -115,8 +115,6 @@ class RingzipBackend final : public c10d::Backend {
   // Why calls run flat although hierarchy is not "flat" (empty when they run node-aware).
   std::string flat_reason() const { return planner_.flat_reason(); }
   std::string transport_name() const { return net_->name(); }
-  // Test hook: as if the ranks had agreed on this round trip (every rank, between calls).
-  void set_round_trip(double seconds) { net_->set_round_trip(seconds); }
   CheckMode check_mode() const { return check_.load(); }
   // Empty while the group is healthy; else why it is unusable (first failure).
   std::string broken_reason() const;

@@ -250,7 +250,6 @@ void Tuner::agree(Comm& c, const std::vector<CodecCandidate>* candidates) {
   auto agreed_or = [](double x, double before) { return std::isnan(x) ? before : x; };  // none measured: as before
   link_ = cost::Link{agreed_or(v[0], link_.alpha), agreed_or(v[1], link_.inv_bw), v[2], agreed_or(v[5], link_.inv_host),
                      v[kCall], v[kLaunch]};
-  c.net.set_round_trip(2 * link_.alpha);  // every rank at this call, from the same bits
   codec_scale_agreed_ = v[3];
   refresh_seconds_ = v[6];
   calibrate_ = v[4] == 0;  // a rank with injected figures: the model alone decides
@@ -362,10 +361,6 @@ void Tuner::follow_changes(const std::map<std::string, double>& before) {
 }
 
 void Tuner::maybe_refresh(Comm& c, const std::vector<CodecCandidate>* candidates) {
-  if (seeded_) {  // as agree() tells it
-    c.net.set_round_trip(2 * link_.alpha);
-    seeded_ = false;
-  }
   bool missing = false;  // a codec the agreed table lacks (the options changed): measure it now
   for (size_t i = 0; candidates && i < candidates->size(); ++i)
     missing = missing || ((*candidates)[i].spec.kind != codec::Kind::None && !codecs_.count((*candidates)[i].name));
@@ -461,7 +456,7 @@ void Tuner::seed(const Figures& f) {
   push(inv_host_, f.link.inv_host);
   push(codec_scale_, f.codec_scale);
   if (f.link.call > 0) keep_last(call_, f.link.call, kTimes);
-  probed_ = seeded_ = known_ = true;
+  probed_ = known_ = true;
 }
 
 void Tuner::inject(std::optional<std::pair<double, double>> link) {

@@ -189,7 +189,6 @@ class Tuner {
   std::map<std::string, cost::CodecSpeed> device_codecs_;  // device_: per candidate, measured once
   mutable std::mutex mu_;                                  // stats() reads from other threads; calls come one at a time
   bool probed_ = false, calibrate_ = true, one_host_ = false;
-  bool seeded_ = false;  // seed() ran and no call since: the transport learns the round trip at the first
   bool known_ = false;   // the figures were agreed (or seeded): figures() has them
   uint64_t calls_ = 0, refreshes_ = 0, since_ = 0, explorations_ = 0, tours_ = 0, changes_ = 0;
   double predicted_since_ = 0;

@@ -250,10 +250,7 @@ void bind_backend(py::module_& m) {
       .def("release_error_feedback",
            [](RingzipBackend& b, const std::vector<at::Tensor>& tensors) { b.compression_state().release(tensors); })
       .def_property_readonly("timeout", [](const RingzipBackend& b) { return b.config().timeout; })
-      .def_property_readonly("transport", [](const RingzipBackend&) { return std::string("gloo"); })
-      .def("_set_round_trip", &RingzipBackend::set_round_trip, py::arg("seconds"),
-           "test hook: the transport sizes its parallelism as if the ranks had agreed on this round trip "
-           "(call it on every rank, between calls)");
+      .def_property_readonly("transport", [](const RingzipBackend&) { return std::string("gloo"); });
 }
 
 }  // namespace ringzip

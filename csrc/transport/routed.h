@@ -27,7 +27,6 @@ class RoutedTransport final : public Transport {
   bool eager_receives() const override { return wide_->eager_receives() && local_->eager_receives(); }
   int lookahead() const override;
   void abort() override;
-  void set_round_trip(double seconds) override { wide_->set_round_trip(seconds); }
   double round_trip() const override { return wide_->round_trip(); }
   void close() override;
   Transport& wide() { return *wide_; }

@@ -30,7 +30,6 @@ class SubsetTransport final : public Transport {
   bool eager_receives() const override { return parent_.eager_receives(); }
   int lookahead() const override { return parent_.lookahead(); }
   void abort() override { parent_.abort(); }
-  void set_round_trip(double seconds) override { parent_.set_round_trip(seconds); }
   double round_trip() const override { return parent_.round_trip(); }
 
  private:

@@ -54,18 +54,14 @@ class Transport {
   virtual void abort() {}
   // Releases connections and threads (group shutdown); later posts throw.
   virtual void close() {}
-  // The group's round trip as its ranks agreed it (plan/tuner.cc, at every refresh of the cost
-  // model's figures, at the same call on every rank): a transport whose connections are held to
-  // a window per round trip sizes its parallelism by it (transport/gloo/).
-  virtual void set_round_trip(double seconds) {}
   // The least round trip this rank's connections have seen, as the kernel measured it (TCP's
   // minimum RTT), or 0 where the transport cannot tell: the cost model's probe takes half of it
   // as the delay of a message, which its own rounds cannot time where sends are eager (a rank
   // behind the others finds its messages already there).
   virtual double round_trip() const { return 0; }
-  // The round trip from which a link counts as long: a transport stripes there, and the cost
-  // model takes the part of a message's time beyond half of it for the link's delay
-  // (plan/cost.h kMessageCost). A 4 MiB send window carries 6.7 Gbit/s at it.
+  // The round trip from which a link counts as long: the cost model takes the part of a
+  // message's time beyond half of it for the link's delay (plan/cost.h kMessageCost). A 4 MiB
+  // send window carries 6.7 Gbit/s at it.
   static constexpr double kLongRoundTrip = 5e-3;
   // The transport's own collectives (NCCL's), or null (host transports).
   virtual NativeCollectives* native() { return nullptr; }

@@ -325,12 +325,10 @@ def test_abort_unblocks_a_hung_collective(transport):
 
 def rank_dead_peer(rank, world, tmp, codec, algorithm, numel, victim, op, transport="auto"):
     before = threads_and_fds()
-    pooled = transport in ("gloo", "tcp")  # a long link: large messages striped over a pool of connections
+    pooled = transport in ("gloo", "tcp")  # large messages striped over a pool of connections
     init(tmp, rank, world, pg_options=ringzip.Options(codec=codec, algorithm=algorithm, min_numel=0,
                                                       timeout=timedelta(seconds=20), transport=transport,
                                                       connections=4 if pooled else 1))
-    if pooled:
-        ringzip.backend_of()._set_round_trip(0.1)
     x = torch.full((numel,), float(rank + 1))
     _good_allreduce()
     kill_file = os.path.join(tmp, "killed_at")

@@ -1,6 +1,6 @@
-"""The TCP transports' pool of connections to each peer (transport/tcp/, transport/gloo/): on a long link
-(`_set_round_trip`: as if the ranks had agreed on 100 ms) a collective's large message travels
-striped over it and lands whole, in place -- the same bits as over one connection,
+"""The TCP transports' pool of connections to each peer (transport/tcp/, transport/gloo/): a
+collective's large message travels striped over it and lands whole, in place -- the same bits as
+over one connection,
 for every cut (sizes that do not divide); its size is rank 0's; and groups made and destroyed
 again and again leave no threads or sockets behind."""
 from __future__ import annotations
@@ -35,7 +35,6 @@ def _striped(ctx, transport):
             for n in SIZES:
                 gen = torch.Generator().manual_seed(1000 * ctx.rank + n)
                 x = torch.randint(-3, 4, (n,), generator=gen).float() if codec == "none" else torch.randn(n, generator=gen)
-                ringzip.backend_of(g)._set_round_trip(0.1)  # a long link: stripes (the cost model may say otherwise)
                 dist.all_reduce(x, group=g)
                 out[(connections, codec, algorithm, n)] = x
         dist.destroy_process_group(g)
@@ -63,7 +62,6 @@ def _rank0_count(ctx, transport):
                                 pg_options=ringzip.Options(transport=transport, algorithm="ring",
                                                            connections=3 + ctx.rank))  # each rank another count
     x = torch.ones(1 << 20)
-    ringzip.backend_of()._set_round_trip(0.1)
     dist.all_reduce(x)  # striped by rank 0's count on both ranks, or this would fail
     ok = torch.equal(x, torch.full_like(x, ctx.world_size))
     dist.destroy_process_group()
@@ -90,7 +88,6 @@ def _many_groups(ctx, count, transport):
         g = dist.new_group(backend="ringzip", pg_options=ringzip.Options(transport=transport, algorithm="ring",
                                                                          connections=8))
         x = torch.ones(1 << 20)
-        ringzip.backend_of(g)._set_round_trip(0.1)
         dist.all_reduce(x, group=g)  # 4 MiB: striped, so every connection of the pool opens
         assert x[0].item() == ctx.world_size
         dist.destroy_process_group(g)

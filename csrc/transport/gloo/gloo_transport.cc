@@ -68,7 +68,7 @@ void GlooTransport::close() {
 }
 
 std::unique_ptr<Request> GlooTransport::post(Post how, const void* data, size_t bytes, int peer, uint32_t tag) {
-  const size_t k = stripe_count(bytes, tag, pool_size_, long_);
+  const size_t k = stripe_count(bytes, tag, pool_size_);
   if (k == 1) {
     auto tensors = as_bytes(data, bytes);
     return std::make_unique<GlooRequest>(((*live(0)).*how)(tensors, peer, static_cast<int>(tag)));

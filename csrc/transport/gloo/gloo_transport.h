@@ -29,11 +29,6 @@ class GlooTransport final : public Transport {
   std::unique_ptr<Request> irecv_any(void* data, size_t bytes, uint32_t tag) override;
   void abort() override;
   void close() override;
-  // Stripes only where the agreed round trip is long: on a short one a connection is not held
-  // back by its window, and more of them only cost (3 % more time for a 64 MiB exact all-reduce
-  // at 1 Gbit/s without delay, docs/performance.md). Until the ranks agree on one, messages travel
-  // whole, as over one connection: the cost model's first probe measures the link as it is.
-  void set_round_trip(double seconds) override { long_ = seconds >= kLongRoundTrip; }
 
  private:
   using Post = c10::intrusive_ptr<c10d::Work> (c10d::Backend::*)(std::vector<at::Tensor>&, int, int);
@@ -44,7 +39,6 @@ class GlooTransport final : public Transport {
   mutable std::mutex mu_;
   std::vector<c10::intrusive_ptr<c10d::Backend>> pool_;
   size_t pool_size_;
-  std::atomic<bool> long_{false};
   int rank_;
   int size_;
   std::once_flag aborted_;

@@ -46,15 +46,12 @@ class TcpTransport final : public Transport {
   }
   void abort() override { e_->abort("a collective failed"); }
   void close() override { e_->close(); }
-  // As on Gloo: stripes only where the agreed round trip is long (transport/gloo/).
-  void set_round_trip(double seconds) override { long_ = seconds >= kLongRoundTrip; }
   double round_trip() const override { return e_->min_round_trip(); }
 
  private:
-  size_t stripes(size_t bytes, uint32_t tag) const { return stripe_count(bytes, tag, e_->pool(), long_); }
+  size_t stripes(size_t bytes, uint32_t tag) const { return stripe_count(bytes, tag, e_->pool()); }
 
   std::shared_ptr<Engine> e_;
-  std::atomic<bool> long_{false};
 };
 
 }  // namespace
