@@ -19,6 +19,7 @@ namespace {
 struct Pending {  // a post whose matching post has not come yet
   int64_t id;
   uint64_t bytes;
+  double at;  // when it was posted
 };
 
 struct Key {  // messages pair up in posting order per (source, destination, tag)
@@ -33,8 +34,9 @@ struct KeyHash {
 };
 
 // Something that happens at time t: a lane resumes (lane >= 0), message `id` is ready to move
-// (kReady), sending link `id` is free for its next chunk (kLinkFree), or a chunk of message `id`
-// of `span` seconds reaches the receiver's link (kArrive).
+// (kReady), sending link `id` is free for its next chunk (kLinkFree; `span` holds the link's
+// wake-up number, an older one is void), or a chunk of message `id` of `span` seconds reaches
+// the receiver's link (kArrive).
 constexpr int kReady = -1, kLinkFree = -2, kArrive = -3;
 struct Item {
   double t;
@@ -55,13 +57,15 @@ constexpr uint64_t kChunks = 16, kMinChunk = 64 << 10;
 struct Message {
   int src, dst;
   uint64_t bytes;
-  int64_t send_id, recv_id;
+  int64_t send_id, recv_id;     // recv_id -1: an eager message whose receive is not posted yet
   uint64_t left = 0, chunk = 0;  // bytes not yet sent, bytes per chunk
+  double seen = NAN;             // an eager message: when its receiver could have seen it
 };
 
 struct Link {  // a sending side: the messages taking turns on it
   std::deque<size_t> turns;
   bool busy = false;
+  uint64_t wake = 0;  // the number of its latest kLinkFree
 };
 
 // A lane: the events one thread of a rank issued, in order.
@@ -118,9 +122,9 @@ class Replay {
       queue_.pop();
       if (it.lane == kReady)
         ready(it.t, it.id);
-      else if (it.lane == kLinkFree)
-        next_chunk(it.t, static_cast<int>(it.id));
-      else if (it.lane == kArrive)
+      else if (it.lane == kLinkFree) {
+        if (static_cast<uint64_t>(it.span) == out_[it.id].wake) next_chunk(it.t, static_cast<int>(it.id));
+      } else if (it.lane == kArrive)
         arrive(it.t, messages_[it.id], it.span);
       else
         resume(it.lane, it.t);
@@ -207,15 +211,32 @@ class Replay {
     }
     const bool send = e.kind == Kind::Send;
     const Key key = send ? Key{r, e.peer, e.tag} : Key{e.peer, r, e.tag};
+    if (m_.eager && !send) {
+      if (auto& sent = unclaimed_[key]; !sent.empty()) {
+        Message& msg = messages_[sent.front()];
+        sent.pop_front();
+        msg.recv_id = e.id;
+        if (!std::isnan(msg.seen)) complete(r, e.id, std::max(now, msg.seen));
+        return;
+      }
+    }
     auto& theirs = (send ? recvs_ : sends_)[key];
     if (theirs.empty()) {
-      (send ? sends_ : recvs_)[key].push_back({e.id, bytes});
+      if (m_.eager && send) {  // it leaves now; a receive posted later claims it
+        messages_.push_back(Message{r, e.peer, bytes, e.id, -1});
+        unclaimed_[key].push_back(messages_.size() - 1);
+        push(now, kReady, messages_.size() - 1);
+        return;
+      }
+      (send ? sends_ : recvs_)[key].push_back({e.id, bytes, now});
       return;
     }
     const Pending other = theirs.front();
     theirs.pop_front();
     messages_.push_back(send ? Message{r, e.peer, bytes, e.id, other.id} : Message{e.peer, r, other.bytes, other.id, e.id});
-    push(now, kReady, messages_.size() - 1);  // both posted: it moves (a receive's ready notice came)
+    // Both posted: it moves once the receive's ready notice reached the sender.
+    const double notice = m_.eager || inside(messages_.back()) ? 0 : m_.delay_s;
+    push(send ? std::max(now, other.at + notice) : now + notice, kReady, messages_.size() - 1);
   }
 
   bool inside(const Message& msg) const { return m_.machine_of[msg.src] == m_.machine_of[msg.dst]; }
@@ -228,17 +249,59 @@ class Replay {
     if (!inside(msg)) wire_ += static_cast<double>(msg.bytes);
     msg.left = msg.bytes;
     msg.chunk = std::max(kMinChunk, (msg.bytes + kChunks - 1) / kChunks);
+    // Chunks of a quarter window at most, so that a window refills as its acknowledgements come.
+    if (windowed(msg)) msg.chunk = std::min(msg.chunk, std::max(kMinChunk, static_cast<uint64_t>(window_cap() / 4)));
     Link& l = out_[out_link(msg)];
     l.turns.push_back(i);
-    if (!l.busy) next_chunk(now, out_link(msg));
+    if (!l.busy) next_chunk(now, out_link(msg));  // also when it only waited for a window
+  }
+
+  // A connection's window: at most window_bytes (times the pool) sent and not yet acknowledged,
+  // an acknowledgement coming back a round trip after its bytes left. Per pair of ranks: the
+  // messages between them share their connections.
+  struct Window {
+    std::deque<std::pair<double, double>> sent;  // (when, bytes) of the chunks of the last round trip
+    double bytes = 0;
+  };
+  bool windowed(const Message& msg) const { return m_.window_bytes > 0 && !inside(msg); }
+  double round_trip() const { return 2 * (m_.delay_s + m_.net_latency_s); }
+  double window_cap() const { return m_.window_bytes * std::max(1, m_.pool); }
+  Window& window_of(const Message& msg) { return windows_[static_cast<int64_t>(msg.src) * n_ + msg.dst]; }
+
+  // The earliest time from `now` that `bytes` more fit the window (a chunk above it: alone).
+  double window_free(Window& w, double now, double bytes) {
+    while (!w.sent.empty() && w.sent.front().first + round_trip() <= now) {
+      w.bytes -= w.sent.front().second;
+      w.sent.pop_front();
+    }
+    double need = w.bytes + bytes - window_cap(), at = now;
+    for (const auto& [when, b] : w.sent) {
+      if (need <= 0) break;
+      need -= b;
+      at = when + round_trip();
+    }
+    return at;
   }
 
   void next_chunk(double now, int link) {
     Link& l = out_[link];
-    l.busy = !l.turns.empty();
-    if (!l.busy) return;
-    const size_t i = l.turns.front();
-    l.turns.pop_front();
+    // The first message in turn whose window lets it send; none: wake when the first one may.
+    double wake = INFINITY;
+    size_t turn = 0;
+    for (; turn < l.turns.size(); ++turn) {
+      const Message& m = messages_[l.turns[turn]];
+      if (!windowed(m)) break;
+      const double free = window_free(window_of(m), now, static_cast<double>(std::min(m.left, m.chunk)));
+      if (free <= now) break;
+      wake = std::min(wake, free);
+    }
+    l.busy = turn < l.turns.size();
+    if (!l.busy) {
+      if (wake < INFINITY) push(wake, kLinkFree, static_cast<size_t>(link), static_cast<double>(++l.wake));
+      return;
+    }
+    const size_t i = l.turns[turn];
+    l.turns.erase(l.turns.begin() + static_cast<std::ptrdiff_t>(turn));
     Message& msg = messages_[i];
     const uint64_t bytes = std::min(msg.left, msg.chunk);
     msg.left -= bytes;
@@ -250,12 +313,17 @@ class Replay {
     const double start = inside(msg)              ? on_core(now, span)
                          : m_.net_cpu_per_byte > 0 ? on_core(now, amount * m_.net_cpu_per_byte)
                                                    : now;
+    if (windowed(msg)) {
+      Window& w = window_of(msg);
+      w.sent.emplace_back(start, amount);
+      w.bytes += amount;
+    }
     if (msg.left > 0)
       l.turns.push_back(i);
     else
       complete(msg.src, msg.send_id, start + span);
     push(start, kArrive, i, span);  // its first bytes reach the receiver's link as they leave
-    push(start + span, kLinkFree, static_cast<size_t>(link));
+    push(start + span, kLinkFree, static_cast<size_t>(link), static_cast<double>(++l.wake));
   }
 
   // When a piece of work of `dt` seconds starts: at once, or where the machine's cores are
@@ -268,16 +336,19 @@ class Replay {
     return start;
   }
 
-  void arrive(double now, const Message& msg, double span) {
+  void arrive(double now, Message& msg, double span) {
     const bool in_machine = inside(msg);
     double& in = in_machine ? intra_in_[msg.dst] : net_in_[m_.machine_of[msg.dst]];
     // The receiver's copy out of shared memory likewise.
     in = (in_machine ? on_core(std::max(now, in), span) : std::max(now, in)) + span;
     // The last chunk leaves after the others reached this link (their events came first).
     if (msg.left == 0) {
-      double seen = in + (in_machine ? m_.intra_latency_s : m_.net_latency_s);
+      double seen = in + (in_machine ? m_.intra_latency_s : m_.net_latency_s + m_.delay_s);
       if (m_.recv_overhead > 0) seen = on_core(seen, m_.recv_overhead) + m_.recv_overhead;
-      complete(msg.dst, msg.recv_id, seen);
+      if (msg.recv_id < 0)
+        msg.seen = seen;  // an eager message before its receive: the receive completes at once
+      else
+        complete(msg.dst, msg.recv_id, seen);
     }
   }
 
@@ -304,6 +375,8 @@ class Replay {
   std::vector<double> net_in_, intra_in_;  // when each receiving link is free
   std::priority_queue<double, std::vector<double>, std::greater<>> cores_;
   std::unordered_map<Key, std::deque<Pending>, KeyHash> sends_, recvs_;
+  std::unordered_map<Key, std::deque<size_t>, KeyHash> unclaimed_;  // eager messages sent before their receive
+  std::unordered_map<int64_t, Window> windows_;                      // per pair of ranks (window_of)
   std::vector<Message> messages_;
   std::priority_queue<Item, std::vector<Item>, std::greater<>> queue_;
   uint64_t tick_ = 0;

@@ -31,6 +31,18 @@ struct Model {
   // (emulated machines on one host: their TCP/IP stacks copy and forward every byte). A chunk
   // leaves once a core is free to start on it; that core is busy for bytes * this.
   double net_cpu_per_byte = 0;
+  // A long link: every message between machines also spends `delay_s` on its way (propagation,
+  // one way), and one connection has at most `window_bytes` sent and not yet acknowledged, an
+  // acknowledgement coming back a round trip (2 x (delay_s + net_latency_s)) after its bytes
+  // left: the messages between two ranks, over `pool` connections, have pool x window_bytes in
+  // flight at most, however idle their NICs (0: no window).
+  double delay_s = 0;
+  double window_bytes = 0;
+  int pool = 1;
+  // Eager sends (ringzip's own TCP transport): a message leaves when its send is posted and waits
+  // at its receiver for the receive. Otherwise (Gloo's rendezvous) it leaves once both are posted,
+  // a receive posted last sending its ready notice across first.
+  bool eager = false;
 };
 
 struct Result {

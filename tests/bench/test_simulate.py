@@ -140,6 +140,56 @@ def test_a_message_waits_for_its_receive_and_kernels_queue_for_cores():
     assert S.replay(four, S.Links.layout(4, 1, **BANDWIDTH_ONLY), kern)["time"] == pytest.approx(10 * ms)
 
 
+def test_a_long_link_delays_the_payload_and_a_rendezvous_notice_crosses_it_first():
+    ms = 1e-3
+    kern = S.Kernels({"copy": 1.0})  # a copy of 1e6 bytes: 1 ms
+
+    def late_receive(copy_ms):
+        return _C.sim.Trace([[("send", 1, 1_000_000, 0, 7), ("wait", -1, 0, 0, 0)],
+                             [("copy", -1, int(copy_ms * 1e6), -1, 0), ("recv", 0, 1_000_000, 0, 7),
+                              ("wait", -1, 0, 0, 0)]])
+
+    far = dict(BANDWIDTH_ONLY, delay_ms=50.0)  # 1 ms on the NICs, 50 ms on the way
+    links = lambda **kw: S.Links.layout(2, 1, **far, **kw)  # noqa: E731
+    # Gloo: the receive is posted at 10 ms, its notice reaches the sender at 60, the payload arrives at 111.
+    assert S.replay(late_receive(10), links(), kern)["time"] == pytest.approx(111 * ms)
+    # Eager: the payload left at once and is there at 51 ms, waiting for a receive posted by then ...
+    res = S.replay(late_receive(10), links(eager=True), kern)
+    assert res["time"] == pytest.approx(51 * ms) and res["finish"][0] == pytest.approx(1 * ms)
+    # ... or taken by a receive posted later, at once.
+    assert S.replay(late_receive(100), links(eager=True), kern)["time"] == pytest.approx(100 * ms)
+    # A receive posted a delay before the send: its notice is there, both move the payload at once.
+    late_send = _C.sim.Trace([[("copy", -1, 60_000_000, -1, 0), ("send", 1, 1_000_000, 0, 7), ("wait", -1, 0, 0, 0)],
+                              [("recv", 0, 1_000_000, 0, 7), ("wait", -1, 0, 0, 0)]])
+    assert S.replay(late_send, links(), kern)["time"] == pytest.approx(111 * ms)
+    assert S.replay(late_send, links(eager=True), kern)["time"] == pytest.approx(111 * ms)
+    # Messages inside a machine never cross the long link.
+    assert S.replay(late_receive(10), S.Links([0, 0], **dict(far, intra_gbyte=1.0)), kern)["time"] == \
+        pytest.approx(11 * ms, rel=0.01)
+
+
+def test_a_connections_window_bounds_the_bytes_in_flight_and_a_pool_multiplies_it():
+    ms = 1e-3
+    # RTT 100 ms, a window of 1e6 bytes, NICs of 1 GB/s: 8e6 bytes leave in 8 windows, one a round
+    # trip (1 ms each on the NIC), the last at 700 ms, there 51 ms later.
+    far = dict(BANDWIDTH_ONLY, delay_ms=50.0, window_bytes=1e6, eager=True)
+    one = _C.sim.Trace([[("send", 1, 8_000_000, 0, 7), ("wait", -1, 0, 0, 0)],
+                        [("recv", 0, 8_000_000, 0, 7), ("wait", -1, 0, 0, 0)]])
+    assert S.replay(one, S.Links.layout(2, 1, **far), FREE)["time"] == pytest.approx(751 * ms, rel=0.005)
+    # Four connections: two windows of 4e6 bytes (4 ms on the NIC each).
+    assert S.replay(one, S.Links.layout(2, 1, **far, pool=4), FREE)["time"] == pytest.approx(154 * ms, rel=0.005)
+    no_window = dict(far, window_bytes=0.0)
+    assert S.replay(one, S.Links.layout(2, 1, **no_window), FREE)["time"] == pytest.approx(58 * ms, rel=0.005)
+    # Three peers at once: three connections, each with its window, side by side on one NIC.
+    fan = _C.sim.Trace([[("send", p, 8_000_000, p - 1, 7) for p in (1, 2, 3)] +
+                        [("wait", -1, 0, i, 0) for i in range(3)]] +
+                       [[("recv", 0, 8_000_000, 0, 7), ("wait", -1, 0, 0, 0)] for _ in range(3)])
+    assert S.replay(fan, S.Links.layout(4, 1, **far), FREE)["time"] == pytest.approx(753 * ms, rel=0.005)
+    # Where the NIC is the narrower (a window of 1e9 bytes), the three share it: 24 ms of bytes.
+    wide = dict(far, window_bytes=1e9)
+    assert S.replay(fan, S.Links.layout(4, 1, **wide), FREE)["time"] == pytest.approx(74 * ms, rel=0.02)
+
+
 def test_copies_inside_a_machine_take_its_cores():
     """Shared memory: the sender's copy in and the receiver's copy out each take a core; with one
     core they run one after the other, with a core each they overlap (cut-through)."""

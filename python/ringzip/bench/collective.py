@@ -246,7 +246,13 @@ def run(args) -> int:
                     gp = net_ctx.measure_goodput(seconds=3.0 if long_link else 1.5, streams=8 if long_link else 1)
                     header["tcp_goodput_gbit"] = gp / 1e9
                     header["tcp_cpu_ns_per_byte"] = net_ctx.cpu_ns_per_byte  # what the simulator charges shared cores
-                    link_desc += f" ({net_ctx.describe()}; measured TCP goodput {gp / 1e9:.3f} Gbit/s)"
+                    link_desc += f" ({net_ctx.describe()}; measured TCP goodput {gp / 1e9:.3f} Gbit/s"
+                    if long_link:  # what one connection's window allows at this round trip, after its slow start
+                        net_ctx.measure_goodput(seconds=4.0, streams=1)
+                        header["delay_ms"] = net_ctx.delay_s * 1e3
+                        header["tcp_stream_gbit"] = net_ctx.late_bits_per_s / 1e9
+                        link_desc += f", one connection {header['tcp_stream_gbit']:.3f}"
+                    link_desc += ")"
                     header["link"] = link_desc
                 hdr_lines = header_lines(n, link_desc, extra)
                 print("\n".join(hdr_lines), flush=True)

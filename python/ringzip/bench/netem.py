@@ -394,7 +394,7 @@ class NetEnv:
                         port: int = 29499, streams: int = 1) -> float:
         """TCP goodput (bits/s) from rank `src` to rank `dst` (default: the first rank of the
         next namespace, so the probe crosses the shaped link) over `streams` connections at
-        once, as the receiver saw it."""
+        once, as the receiver saw it; `late_bits_per_s` keeps the rate of the stream's second half."""
         dst = self.per_node if dst is None else dst
         # run this file as a plain script: stdlib only, no torch import (fast start)
         me = [sys.executable, os.path.abspath(__file__)]
@@ -416,6 +416,7 @@ class NetEnv:
         # The namespaces share this host's cores: what the probe's bytes cost them (both TCP/IP
         # stacks, the veths, the bridge, the shapers; the two loops' Python is small beside it).
         self.cpu_ns_per_byte = res["busy_s"] / res["bytes"] * 1e9
+        self.late_bits_per_s = res["late_bytes"] * 8 / res["late_seconds"]
         return res["bytes"] * 8 / res["seconds"]
 
 
@@ -437,13 +438,30 @@ def host_busy_seconds() -> float:
 
 
 # probe endpoints (run inside the namespaces) ---------------------------------------------------
+def _size_buffers(sock) -> None:
+    """As ringzip's own sockets (transport/tcp/connect.cc size_buffers): the largest buffers the
+    kernel grants a socket that asks, where that is more than autotuning reaches -- so that a
+    single stream measures the window ringzip's connections have on a long link."""
+    def number(path, field):
+        try:
+            with open(path) as f:
+                return int(f.read().split()[field])
+        except (OSError, ValueError, IndexError):
+            return 0
+    for opt, core, tcp in ((socket.SO_SNDBUF, "wmem_max", "tcp_wmem"), (socket.SO_RCVBUF, "rmem_max", "tcp_rmem")):
+        most = number(f"/proc/sys/net/core/{core}", 0)
+        if 2 * most > number(f"/proc/sys/net/ipv4/{tcp}", 2):
+            sock.setsockopt(socket.SOL_SOCKET, opt, most)
+
+
 def _recv(addr: str, port: int, streams: int = 1) -> None:
     srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    _size_buffers(srv)  # accepted sockets inherit it
     srv.bind((addr, port))
     srv.listen(streams)
     srv.settimeout(30)
-    state = {"total": 0, "t0": None, "busy0": None}
+    state = {"total": 0, "t0": None, "busy0": None, "marks": []}
     lock = threading.Lock()
 
     def drain(conn):
@@ -456,6 +474,9 @@ def _recv(addr: str, port: int, streams: int = 1) -> None:
                 if state["t0"] is None:  # from the first bytes on
                     state["t0"], state["busy0"], state["total"] = time.perf_counter(), host_busy_seconds(), -n
                 state["total"] += n
+                now = time.perf_counter()
+                if not state["marks"] or now - state["marks"][-1][0] >= 0.05:
+                    state["marks"].append((now, state["total"]))
         conn.close()
 
     threads = []
@@ -468,17 +489,25 @@ def _recv(addr: str, port: int, streams: int = 1) -> None:
     t1, busy1 = time.perf_counter(), host_busy_seconds()
     srv.close()
     t0, busy0 = state["t0"] or t1, state["busy0"] or busy1
-    print(json.dumps({"bytes": state["total"], "seconds": max(t1 - t0, 1e-9), "busy_s": busy1 - busy0}))
+    # The second half alone: a long link's slow start is over by then.
+    half = next(((t, b) for t, b in state["marks"] if t >= (t0 + t1) / 2), (t1, state["total"]))
+    print(json.dumps({"bytes": state["total"], "seconds": max(t1 - t0, 1e-9), "busy_s": busy1 - busy0,
+                      "late_bytes": state["total"] - half[1], "late_seconds": max(t1 - half[0], 1e-9)}))
 
 
 def _send(addr: str, port: int, seconds: float, streams: int = 1) -> None:
     def one():
         s = None
         for _ in range(50):
+            c = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             try:
-                s = socket.create_connection((addr, port), timeout=5)
+                _size_buffers(c)
+                c.settimeout(5)
+                c.connect((addr, port))
+                s = c
                 break
             except OSError:
+                c.close()
                 time.sleep(0.1)
         if s is None:
             raise SystemExit("could not connect to the goodput receiver")

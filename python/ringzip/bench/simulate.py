@@ -5,7 +5,14 @@ trace=...): every rank's sends, receives, waits and kernels are recorded in the 
 them. The replay is a discrete-event simulation of those programs:
 
 - a message moves once both its send and its receive are posted (Gloo's rendezvous: the
-  receiver's ready notice precedes the payload), in posting order per (source, destination, tag);
+  receiver's ready notice precedes the payload, and crosses a long link first), in posting order
+  per (source, destination, tag); or, `eager` (ringzip's own TCP transport), once its send is
+  posted, its receive completing when both the message and the receive are there;
+- a long link (`delay_ms`, the emulated link's one-way delay) delays every message between
+  machines, and one TCP connection has at most `window_bytes` in flight (sent, its
+  acknowledgement a round trip away): the messages between two ranks, over `pool` connections,
+  pool x window_bytes, however idle the NICs (window_bytes: what one stream sized as ringzip's
+  sockets carries per round trip, measured on the link);
 - each send costs the thread that posts it `send_us` first (LogP's o: a system call, a wake-up),
   and each received message costs its receiver `recv_us` before it sees it (o at that end);
 - between machines a message takes bytes / rate on the source machine's NIC (egress) and on the
@@ -45,11 +52,12 @@ def default_feedback(codec: str) -> bool:
 
 
 def record(world: int, count: int, codec: str = "none", algorithm: str = "ring", nodes: list[int] | None = None,
-           feedback: bool | None = None, seed: int = 0):
+           feedback: bool | None = None, seed: int = 0, plan: tuple[int, int] | None = None):
     """Every rank's events of one float32 SUM all-reduce of `count` elements, a ringzip._C.sim.Trace
     (csrc/sim/trace.h; .events(r) lists rank r's as (kind, peer, amount, id, tag, lane)). nodes: the node
     of every rank for the node-aware schedule (None: flat); feedback: error feedback (None: the
-    codec's default)."""
+    codec's default); plan: SRA's (segment elements, lag) where the call's own plan set them (None:
+    the loopback's defaults)."""
     from ringzip import _C
 
     g = torch.Generator().manual_seed(seed)
@@ -62,8 +70,9 @@ def record(world: int, count: int, codec: str = "none", algorithm: str = "ring",
     if feedback is None:
         feedback = default_feedback(codec)
     residuals = [0.01 * torch.randn(count, generator=g) for _ in range(world)] if feedback else None
+    segment_elems, lag = plan or (0, 1)
     _C.loopback.compressed("allreduce", xs, codec, algorithm=algorithm, nodes=nodes, residuals=residuals, trace=trace,
-                           timeout_ms=timeout_ms)
+                           timeout_ms=timeout_ms, segment_elems=segment_elems, lag=lag)
     return trace
 
 
@@ -81,6 +90,10 @@ class Links:
     send_us: float = 0.0             # what each send costs the thread posting it (LogP's o)
     recv_us: float = 0.0             # what each received message costs before its receiver sees it (o there)
     net_cpu_ns_per_byte: float = 0.0  # CPU a byte between machines costs where cores are counted (a host's TCP stack)
+    delay_ms: float = 0.0            # one way, between machines (a long link's propagation)
+    window_bytes: float = 0.0        # one connection's bytes in flight (0: no window)
+    pool: int = 1                    # connections per peer a message is striped over
+    eager: bool = False              # sends leave when posted (ringzip's TCP transport), not on a ready notice
 
     @classmethod
     def layout(cls, machines: int, per_machine: int, **kw) -> "Links":
@@ -162,7 +175,8 @@ def replay(trace, links: Links, kernels: Kernels, scale: float = 1.0) -> dict:
     res = _C.sim.replay(trace, list(links.machine_of), links.net_gbit * 1e9 / 8, links.net_latency_us * 1e-6,
                         links.intra_gbyte * 1e9, links.intra_latency_us * 1e-6, links.cores or 0, unit, per_input,
                         kernels.launch_us * 1e-6, scale, links.send_us * 1e-6, links.recv_us * 1e-6,
-                        links.net_cpu_ns_per_byte * 1e-9)
+                        links.net_cpu_ns_per_byte * 1e-9, links.delay_ms * 1e-3, links.window_bytes, links.pool,
+                        links.eager)
     res["time"] += links.call_us * 1e-6
     return res
 
@@ -194,13 +208,13 @@ class Recorder:
     def __init__(self, record_bytes: int = RECORD_BYTES, keep: int = 4):
         self.record_bytes, self.keep, self.cache = record_bytes, keep, {}
 
-    def trace(self, world, count, codec, algorithm, nodes=None):
+    def trace(self, world, count, codec, algorithm, nodes=None, plan=None):
         at = recording_count(world, count, self.record_bytes)
-        key = (world, at, codec, algorithm, tuple(nodes) if nodes else None)
+        key = (world, at, codec, algorithm, tuple(nodes) if nodes else None, plan)
         if key not in self.cache:
             while len(self.cache) >= self.keep:
                 self.cache.pop(next(iter(self.cache)))
-            self.cache[key] = record(world, at, codec, algorithm, nodes)
+            self.cache[key] = record(world, at, codec, algorithm, nodes, plan=plan)
         return self.cache[key], count / at
 
 
@@ -299,9 +313,62 @@ def simulate_row(header: dict, row: dict, kernel_rows: list[dict], recorder: Rec
     node_of = topo.get("node_of") or [r // per for r in range(row["nproc"])]
     node_aware = topo.get("node_aware", row.get("hierarchy") == "node")
     trace, scale = recorder.trace(row["nproc"], row["count"], row["codec"], row["algorithm"],
-                                  list(node_of) if node_aware else None)
+                                  list(node_of) if node_aware else None, sra_plan(row))
     links = Links(node_of, header.get("tcp_goodput_gbit") or header["link_gbit"], **link_kw)
+    if _topology(header, row).get("transport") == "tcp":
+        links.eager = True
+    if header.get("delay_ms"):
+        links = long_link(header, links)
     return replay(trace, links, cpu_kernels(kernel_rows, row["codec"], row["size_bytes"], slowdown, launch_us), scale)
+
+
+def sra_plan(row: dict) -> tuple[int, int] | None:
+    """SRA's (segment elements, lag) as the measured call's plan set them from the group's agreed
+    figures (the row's model_params): on a long link its reductions run several segments behind
+    its sends, which the loopback's defaults (lag 1) would not record. None where the row has no
+    figures (the defaults then: what the plan sets without a long delay)."""
+    mp = row.get("model_params")
+    if not mp or row["codec"] in DENSE or row["algorithm"] != "sra" or row["codec"].startswith(("topk", "randomk")):
+        return None
+    from ringzip import _C
+
+    sp = mp["codecs"].get(row["codec"]) or {}
+    scale = mp.get("codec_scale") or 1.0
+    speed = tuple(scale / (sp[k] * 1e9) if sp.get(k) else 1 / 2e9
+                  for k in ("encode_gbyte_s", "decode_gbyte_s", "feedback_gbyte_s"))
+    args = (row["codec"], row["size_bytes"], row["nproc"], mp["alpha_s"], 8 / (mp["link_gbit"] * 1e9), speed)
+    return _C.cost.sra_segment_elems(*args), _C.cost.sra_lag(*args)
+
+
+# TCP's payload in the bytes of a full-sized packet at MTU 1500 (IP and TCP headers with
+# timestamps: 52 bytes): a link's rate, in goodput.
+TCP_PAYLOAD_SHARE = 1448 / 1500
+
+
+def long_link(header: dict, links: Links) -> Links:
+    """The links of a sweep over a link with a round trip (`--net RATE,DELAY`): the NICs at the
+    link's rate in TCP payload (the sweep's goodput probe, window-bound there, does not measure
+    it), the delay, one connection's window from the sweep's single-stream probe (its rate after
+    slow start times the round trip) and the pool the sweep asked for."""
+    import dataclasses
+
+    delay_s = header["delay_ms"] * 1e-3
+    stream = header.get("tcp_stream_gbit")
+    window = stream * 1e9 / 8 * 2 * (delay_s + links.net_latency_us * 1e-6) if stream else 0.0
+    return dataclasses.replace(links, net_gbit=header["link_gbit"] * TCP_PAYLOAD_SHARE, delay_ms=header["delay_ms"],
+                               window_bytes=window, pool=_pool(header))
+
+
+def _pool(header: dict) -> int:
+    """Options(connections=...) of the sweep's command (--ropt), else 1."""
+    argv = header.get("argv") or []
+    for flag, value in zip(argv, argv[1:]):
+        if flag == "--ropt":
+            for kv in value.split(","):
+                k, _, v = kv.partition("=")
+                if k.strip() == "connections":
+                    return int(v)
+    return 1
 
 
 def _median(xs):
@@ -382,7 +449,9 @@ def validate(rows: list[tuple[dict, dict]], kernel_rows: list[dict], slowdown: f
         sim = simulate_row(header, row, kernel_rows, recorder, slowdown, launch_us, **link_kw)
         measured = row["time_us"] * 1e-6
         out.append({"layout": f"{header.get('nodes') or row['nproc']}x{header.get('nproc_per_node') or 1}",
-                    "link_gbit": header["link_gbit"], "size_bytes": row["size_bytes"], "codec": row["codec"],
+                    "link_gbit": header["link_gbit"], "rtt_ms": 2 * (header.get("delay_ms") or 0),
+                    "connections": _pool(header),
+                    "size_bytes": row["size_bytes"], "codec": row["codec"],
                     "algorithm": row["algorithm"], "hierarchy": row.get("hierarchy") or "flat",
                     "measured_ms": measured * 1e3, "simulated_ms": sim["time"] * 1e3,
                     "error": sim["time"] / measured - 1, "sim_compute_ms": sim["compute"] * 1e3,
@@ -407,7 +476,7 @@ def validation_summary(v: dict) -> str:
     """Median and worst |error| by codec, size, link and layout."""
     lines = ["| rows | n | median abs error | worst | median signed error |", "|---|---:|---:|---:|---:|"]
     for name, key in (("codec", lambda r: r["codec"]), ("size", lambda r: f"{r['size_bytes'] >> 20} MiB"),
-                      ("link", lambda r: f"{r['link_gbit']:g} Gbit/s"),
+                      ("link", _link_name),
                       ("layout", lambda r: f"{r['layout']} {r['hierarchy']}")):
         groups: dict = {}
         for r in v["rows"]:
@@ -418,11 +487,16 @@ def validation_summary(v: dict) -> str:
     return "\n".join(lines)
 
 
+def _link_name(r: dict) -> str:
+    return (f"{r['link_gbit']:g} Gbit/s" + (f", RTT {r['rtt_ms']:g} ms" if r.get("rtt_ms") else "") +
+            (f", {r['connections']} connections" if r.get("connections", 1) > 1 else ""))
+
+
 def validation_table(v: dict) -> str:
     lines = ["| layout | link | size | codec | algorithm | hierarchy | measured ms | simulated ms | error |",
              "|---|---:|---:|---|---|---|---:|---:|---:|"]
     for r in v["rows"]:
-        lines.append(f"| {r['layout']} | {r['link_gbit']:g} Gbit/s | {r['size_bytes'] >> 20} MiB | {r['codec']} | "
+        lines.append(f"| {r['layout']} | {_link_name(r)} | {r['size_bytes'] >> 20} MiB | {r['codec']} | "
                      f"{r['algorithm']} | {r['hierarchy']} | {r['measured_ms']:.1f} | {r['simulated_ms']:.1f} | "
                      f"{100 * r['error']:+.0f} % |")
     return "\n".join(lines)

@@ -2,6 +2,7 @@
 collective benchmark on shaped links, then each row replayed (ringzip.bench.simulate).
 
     python -m ringzip.bench.lab.simcheck measure --out DIR      the measurements (root; ~40 min)
+    python -m ringzip.bench.lab.simcheck sites --out DIR        the same on long links (root; ~10 min)
     python -m ringzip.bench.lab.simcheck pack DIR FILE          them as one compact file
     python -m ringzip.bench.lab.simcheck check FILE --kernels K simulate every row; error table
 
@@ -17,6 +18,12 @@ probes, and predicts every call from 1 MiB up. It also reports what the measurem
 allows: calls measured twice in a sweep bound the best any prediction can do. K: `ringzip-bench
 kernels --json K -b 16K -e 64M` on the same machine (kernel speeds are taken at the call's size: a
 64 MiB call runs its kernels out of cache).
+
+sites: 4 emulated machines with one rank each at 1 Gbit/s and a round trip of 20 and 100 ms
+(`--net 1gbit,DELAY`), exact, q8 and q4 over the ring and sra at 1 and 64 MiB, and exact and q8 at
+64 MiB over two connections per peer at 100 ms. Nothing is fitted on these: check replays them on
+the link's rate, its delay, one connection's window from the sweep's single-stream probe and the
+pool (ringzip.bench.simulate.long_link).
 """
 from __future__ import annotations
 
@@ -58,21 +65,44 @@ def measure(out: str, layouts=LAYOUTS, rates=RATES, iters: int = 30, min_iters: 
                     print(f"{os.path.basename(path)}: {time.time() - t:.0f} s", flush=True)
 
 
-HEADER_KEYS = ("date", "cpu", "command", "nodes", "nproc_per_node", "link_gbit", "tcp_goodput_gbit",
-               "tcp_cpu_ns_per_byte")
+HEADER_KEYS = ("date", "cpu", "command", "argv", "nodes", "nproc_per_node", "link_gbit", "tcp_goodput_gbit",
+               "tcp_cpu_ns_per_byte", "delay_ms", "tcp_stream_gbit")
 ROW_KEYS = ("size_bytes", "count", "codec", "algorithm", "hierarchy", "nproc", "iters", "time_us", "time_us_min",
-            "codec_share")
+            "codec_share", "model_params")
+
+
+# (one-way delay, connections per peer, sizes, codecs): the pool's sweep at 64 MiB, where a window
+# bounds the ring.
+SITE_SWEEPS = (("10ms", 1, "1M", "none,q8,q4"), ("50ms", 1, "1M", "none,q8,q4"), ("50ms", 2, "64M", "none,q8"))
+
+
+def measure_sites(out: str, sweeps=SITE_SWEEPS, iters: int = 20, min_iters: int = 3) -> None:
+    """Three warm-up calls a row, and timed calls for three seconds (at least min_iters): the replay
+    knows connections whose windows have grown, which a long link's first calls have not."""
+    os.makedirs(out, exist_ok=True)
+    for delay, pool, begin, codecs in sweeps:
+        path = os.path.join(out, f"m4x1_1gbit_{delay}" + (f"_pool{pool}" if pool > 1 else "") + ".json")
+        if os.path.exists(path):
+            continue
+        cmd = [sys.executable, "-m", "ringzip.bench", "collective", "--backend", "ringzip", "-n", "4",
+               "--net", f"1gbit,{delay}", "-b", begin, "-e", "64M", "-f", "64", "--codec", codecs,
+               "--algorithm", "ring,sra", "--iters", str(iters), "--min-iters", str(min_iters), "--warmup", "3",
+               "--time-budget", "3.0", "--json", path, "-q"] + (["--ropt", f"connections={pool}"] if pool > 1 else [])
+        t = time.time()
+        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+        print(f"{os.path.basename(path)}: {time.time() - t:.0f} s", flush=True)
 
 
 def pack(directory: str) -> list[dict]:
     """The measured sweeps of DIR, each as its header's and rows' fields the check reads."""
     out = []
-    for path in sorted(glob.glob(os.path.join(directory, "[mc]*.json"))):
+    for path in sorted(glob.glob(os.path.join(directory, "[mc][0-9]*.json"))):
         with open(path) as f:
             d = json.load(f)
         h = {k: d["header"].get(k) for k in HEADER_KEYS}
         h["command"] = (h["command"] or "").replace(os.path.join(os.path.abspath(directory), ""), "")  # DIR's files by name
-        h["topology"] = {k: {"node_of": v.get("node_of"), "node_aware": v.get("node_aware")}
+        h["argv"] = [a.replace(os.path.join(os.path.abspath(directory), ""), "") for a in h["argv"] or []]
+        h["topology"] = {k: {"node_of": v.get("node_of"), "node_aware": v.get("node_aware"), "transport": v.get("transport")}
                          for k, v in d["header"].get("topology", {}).items()}
         out.append({"header": h, "results": [{k: r.get(k) for k in ROW_KEYS} for r in d["results"]
                                              if r["backend"] == "ringzip" and not r.get("error")]})
@@ -92,6 +122,9 @@ def main(argv=None) -> None:
     m.add_argument("--out", required=True)
     m.add_argument("--iters", type=int, default=30, help="timed calls per row at most (1.0 s a row sizes it)")
     m.add_argument("--min-iters", type=int, default=5, help="timed calls per row at least")
+    st = sub.add_parser("sites", help="the long-link sweeps")
+    st.add_argument("--out", required=True)
+    st.add_argument("--iters", type=int, default=20, help="timed calls per row at most (3 s a row sizes it)")
     k = sub.add_parser("pack", help="DIR's sweeps as one compact JSON file (what check reads)")
     k.add_argument("dir")
     k.add_argument("out")
@@ -103,6 +136,8 @@ def main(argv=None) -> None:
     a = p.parse_args(argv)
     if a.cmd == "measure":
         measure(a.out, iters=a.iters, min_iters=a.min_iters)
+    elif a.cmd == "sites":
+        measure_sites(a.out, iters=a.iters)
     elif a.cmd == "pack":
         with open(a.out, "w") as f:
             json.dump(pack(a.dir), f, separators=(",", ":"))
