@@ -283,3 +283,32 @@ def test_calls_measured_twice_bound_the_best_error_any_prediction_reaches():
     assert floor["median"] == pytest.approx((0.5 + 0.2 / 4.2) / 2)
     # 2 ms, between 3 and 1: 33 % and 100 % off -- 1.5 ms is the best there is, 50 % off either way.
     assert max(abs(1.5 / 3.0 - 1), abs(1.5 / 1.0 - 1)) == pytest.approx(floor["worst"])
+
+
+def test_the_command_line_replays_a_long_link_with_its_window_and_pool(tmp_path, capsys):
+    """`ringzip-bench simulate --delay --window --connections`: SRA pays two delays, the ring its
+    2(n-1) steps' (less what its pipelined segments overlap), a window held to one connection slows
+    the ring, a second connection relieves it; SRA has n-1 windows."""
+    import json
+
+    from ringzip.bench.cli import main
+
+    kernels = tmp_path / "k.json"
+    kernels.write_text(json.dumps([{"codec": "q8", "bytes": 16 << 20, "numel": 4 << 20, "memcpy_gbps": 10.0,
+                                    "encode_gbps": 5.0, "decode_acc_gbps": 5.0, "decode_add_encode_gbps": 5.0}]))
+
+    def times(*extra):
+        out = tmp_path / "rows.json"
+        assert main(["simulate", "--machines", "4", "--net", "1gbit", "-b", "16M", "-e", "16M", "--codec", "none",
+                     "--algorithm", "ring,sra", "--kernels", str(kernels), "--json", str(out), *extra]) == 0
+        return {r["algorithm"]: r["time_s"] for r in json.loads(out.read_text())["rows"]}
+
+    near = times()
+    far = times("--delay", "50ms")
+    assert far["sra"] == pytest.approx(near["sra"] + 2 * 0.05, rel=0.01)  # two rounds, each a delay
+    assert far["ring"] > near["ring"] + 4 * 0.05 and far["sra"] < far["ring"]
+    held = times("--delay", "50ms", "--window", "1M")  # 1 MiB per round trip: 10 Mbyte/s per connection
+    two = times("--delay", "50ms", "--window", "1M", "--connections", "2")
+    assert held["ring"] > 2 * far["ring"] and two["ring"] < 0.6 * held["ring"]
+    assert held["sra"] < held["ring"]  # three peers at once: three windows
+    assert "one-way delay 50ms, window 1M x 2 connection(s)" in capsys.readouterr().out

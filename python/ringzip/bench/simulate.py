@@ -226,6 +226,13 @@ def add_arguments(p) -> None:
     p.add_argument("--intra-gbyte", type=float, default=Links.intra_gbyte, help="per rank inside a machine, GB/s")
     p.add_argument("--intra-latency-us", type=float, default=Links.intra_latency_us)
     p.add_argument("--cores", type=int, help="kernels of all ranks share this many cores (default: one per rank)")
+    p.add_argument("--delay", default="0", help="a long link's one-way delay between machines, e.g. 50ms (RTT twice it)")
+    p.add_argument("--window", default="0", help="one TCP connection's bytes in flight, e.g. 6M (0: no window); "
+                                                  "`ringzip-bench collective --net RATE,DELAY` measures it "
+                                                  "(tcp_stream_gbit x RTT)")
+    p.add_argument("--connections", type=int, default=1, help="connections per peer a message is striped over")
+    p.add_argument("--transport", choices=("tcp", "gloo"), default="tcp",
+                   help="tcp: eager sends (ringzip's own); gloo: a message waits for its receive's notice")
     p.add_argument("-b", "--minbytes", dest="begin", default="1M")
     p.add_argument("-e", "--maxbytes", dest="end", default="64M")
     p.add_argument("-f", "--stepfactor", dest="factor", type=float, default=4.0)
@@ -264,17 +271,24 @@ def applies(codec: str, algorithm: str) -> bool:
 
 
 def run(args) -> int:
-    from .common import parse_rate_bits, parse_size, size_sweep, split_list
+    from .common import parse_delay_s, parse_rate_bits, parse_size, size_sweep, split_list
 
     world = args.machines * args.per_machine
     node_of = [r // args.per_machine for r in range(world)]
+    if args.connections < 1:
+        raise SystemExit("--connections must be at least 1")
     links = Links(node_of, parse_rate_bits(args.net) / 1e9, args.latency_us, args.intra_gbyte,
-                  args.intra_latency_us, args.cores)
+                  args.intra_latency_us, args.cores, delay_ms=parse_delay_s(args.delay) * 1e3,
+                  window_bytes=float(parse_size(args.window)), pool=args.connections,
+                  eager=args.transport == "tcp")
     kernels = _kernels_for(args)
     rec = Recorder()
     rows = []
+    far = (f", one-way delay {args.delay}, window {args.window} x {args.connections} connection(s)"
+           if links.delay_ms else "")
     print(f"# simulated all-reduce, {args.machines} machines x {args.per_machine} ranks, NIC {args.net}, "
-          f"{args.latency_us:g} us per message; inside a machine {args.intra_gbyte:g} GB/s")
+          f"{args.latency_us:g} us per message{far}, {args.transport} transport; inside a machine "
+          f"{args.intra_gbyte:g} GB/s")
     print("| size | codec | algorithm | hierarchy | time ms | busbw GB/s | between machines MB |")
     print("|---:|---|---|---|---:|---:|---:|")
     for size in size_sweep(parse_size(args.begin), parse_size(args.end), args.factor):
