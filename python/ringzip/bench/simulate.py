@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import json
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -328,9 +328,8 @@ def simulate_row(header: dict, row: dict, kernel_rows: list[dict], recorder: Rec
     node_aware = topo.get("node_aware", row.get("hierarchy") == "node")
     trace, scale = recorder.trace(row["nproc"], row["count"], row["codec"], row["algorithm"],
                                   list(node_of) if node_aware else None, sra_plan(row))
-    links = Links(node_of, header.get("tcp_goodput_gbit") or header["link_gbit"], **link_kw)
-    if _topology(header, row).get("transport") == "tcp":
-        links.eager = True
+    links = Links(node_of, header.get("tcp_goodput_gbit") or header["link_gbit"],
+                  eager=topo.get("transport") == "tcp", **link_kw)
     if header.get("delay_ms"):
         links = long_link(header, links)
     return replay(trace, links, cpu_kernels(kernel_rows, row["codec"], row["size_bytes"], slowdown, launch_us), scale)
@@ -364,25 +363,20 @@ def long_link(header: dict, links: Links) -> Links:
     link's rate in TCP payload (the sweep's goodput probe, window-bound there, does not measure
     it), the delay, one connection's window from the sweep's single-stream probe (its rate after
     slow start times the round trip) and the pool the sweep asked for."""
-    import dataclasses
-
     delay_s = header["delay_ms"] * 1e-3
     stream = header.get("tcp_stream_gbit")
     window = stream * 1e9 / 8 * 2 * (delay_s + links.net_latency_us * 1e-6) if stream else 0.0
-    return dataclasses.replace(links, net_gbit=header["link_gbit"] * TCP_PAYLOAD_SHARE, delay_ms=header["delay_ms"],
-                               window_bytes=window, pool=_pool(header))
+    return replace(links, net_gbit=header["link_gbit"] * TCP_PAYLOAD_SHARE, delay_ms=header["delay_ms"],
+                               window_bytes=window, pool=_connections(header))
 
 
-def _pool(header: dict) -> int:
-    """Options(connections=...) of the sweep's command (--ropt), else 1."""
+def _connections(header: dict) -> int:
+    """Options(connections=...) of the sweep's command (its --ropt KEY=VALUE), else 1."""
+    from .common import parse_key_values
+
     argv = header.get("argv") or []
-    for flag, value in zip(argv, argv[1:]):
-        if flag == "--ropt":
-            for kv in value.split(","):
-                k, _, v = kv.partition("=")
-                if k.strip() == "connections":
-                    return int(v)
-    return 1
+    ropt = [value for flag, value in zip(argv, argv[1:]) if flag == "--ropt"]
+    return int(parse_key_values(ropt).get("connections", 1))
 
 
 def _median(xs):
@@ -464,7 +458,7 @@ def validate(rows: list[tuple[dict, dict]], kernel_rows: list[dict], slowdown: f
         measured = row["time_us"] * 1e-6
         out.append({"layout": f"{header.get('nodes') or row['nproc']}x{header.get('nproc_per_node') or 1}",
                     "link_gbit": header["link_gbit"], "rtt_ms": 2 * (header.get("delay_ms") or 0),
-                    "connections": _pool(header),
+                    "connections": _connections(header),
                     "size_bytes": row["size_bytes"], "codec": row["codec"],
                     "algorithm": row["algorithm"], "hierarchy": row.get("hierarchy") or "flat",
                     "measured_ms": measured * 1e3, "simulated_ms": sim["time"] * 1e3,
