@@ -250,7 +250,9 @@ void bind_backend(py::module_& m) {
       .def("release_error_feedback",
            [](RingzipBackend& b, const std::vector<at::Tensor>& tensors) { b.compression_state().release(tensors); })
       .def_property_readonly("timeout", [](const RingzipBackend& b) { return b.config().timeout; })
-      .def_property_readonly("transport", [](const RingzipBackend&) { return std::string("gloo"); });
+      .def_property_readonly("transport", &RingzipBackend::transport_name,
+                             "what carries this rank's messages: tcp, gloo, shm, or shm+tcp (shared memory "
+                             "inside the node, TCP between nodes)");
 }
 
 }  // namespace ringzip

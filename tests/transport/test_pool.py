@@ -26,10 +26,11 @@ def _striped(ctx, transport):
     import ringzip
 
     dist.init_process_group("ringzip", init_method=ctx.init_method, rank=ctx.rank, world_size=ctx.world_size)
-    out = {}
+    out, carried_by = {}, set()
     for connections in (1, 8):
         g = dist.new_group(backend="ringzip", pg_options=ringzip.Options(transport=transport, connections=connections,
                                                                          min_numel=0, seed=3))
+        carried_by.add(ringzip.backend_of(g).transport)
         for codec, algorithm in WAYS:
             ringzip.set_options(g, codec=codec, algorithm=algorithm)
             for n in SIZES:
@@ -43,14 +44,15 @@ def _striped(ctx, transport):
                        for r in range(ctx.world_size)) for n in SIZES}
     exact_ok = all(torch.equal(out[(c, "none", a, n)], expected[n]) for c in (1, 8) for _, a in WAYS[:3] for n in SIZES)
     same_bits = all(torch.equal(out[(1, codec, a, n)], out[(8, codec, a, n)]) for codec, a in WAYS for n in SIZES)
-    return exact_ok, same_bits
+    return exact_ok, same_bits, sorted(carried_by)
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
 def test_striped_messages_land_whole(transport):
-    for exact_ok, same_bits in mp.run(_striped, 3, args=(transport,), timeout=240):
+    for exact_ok, same_bits, carried_by in mp.run(_striped, 3, args=(transport,), timeout=240):
         assert exact_ok, "exact sums wrong"
         assert same_bits, "the pool changed a result's bits"
+        assert carried_by == [transport], f"the backend says its messages travel over {carried_by}"
 
 
 def _rank0_count(ctx, transport):
