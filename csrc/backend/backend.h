@@ -115,6 +115,12 @@ class RingzipBackend final : public c10d::Backend {
   // Why calls run flat although hierarchy is not "flat" (empty when they run node-aware).
   std::string flat_reason() const { return planner_.flat_reason(); }
   std::string transport_name() const { return net_->name(); }
+  // Per group rank: how many connections carry this rank's messages to it (0 for this rank).
+  std::vector<int> connections() const {
+    std::vector<int> out(net_->size());
+    for (int p = 0; p < net_->size(); ++p) out[p] = net_->connections(p);
+    return out;
+  }
   CheckMode check_mode() const { return check_.load(); }
   // Empty while the group is healthy; else why it is unusable (first failure).
   std::string broken_reason() const;

@@ -53,8 +53,8 @@ Settings parse(const GroupOptions& o) {
     if (v < least)
       throw std::invalid_argument(std::string(name) + " must be >= " + std::to_string(least) + ", got " +
                                   std::to_string(v));
-  if (o.connections < 1 || o.connections > kMaxConnections)
-    throw std::invalid_argument("connections must be in 1.." + std::to_string(kMaxConnections) + ", got " +
+  if (o.connections < 0 || o.connections > kMaxConnections)
+    throw std::invalid_argument("connections must be 0 (chosen per peer) or in 1.." + std::to_string(kMaxConnections) + ", got " +
                                 std::to_string(o.connections));
   CompressionConfig& cc = s.cc;
   cc.codec = o.codec;

@@ -20,10 +20,11 @@ namespace ringzip {
 
 // Below this many elements (256 KiB of float32) compression loses to exact (bench/results).
 constexpr int64_t kMinNumel = 65536;
-// TCP connections to each peer (transport/tcp/, transport/gloo/): one carries its send buffer per round trip
-// (4 MiB by default). One by default: on emulated 20-200 ms links 8 made exact 64 MiB calls
-// 1.3-2.5x faster, compressed ones no faster (q8 up to 1.6x slower) (docs/performance.md).
-constexpr int64_t kConnections = 1, kMaxConnections = 64;
+// TCP connections to each peer (transport/tcp/, transport/gloo/): one carries its send buffer per
+// round trip (4 MiB by default: ~330 Mbit/s at 100 ms). 0 (the default) lets each pair of ranks
+// choose by its round trip when the group is created: 2 from 5 ms, 1 below (transport/tcp/
+// connect.h); the Gloo transport then keeps 1.
+constexpr int64_t kConnections = 0, kMaxConnections = 64;
 
 struct GroupOptions {
   std::optional<std::chrono::milliseconds> timeout;  // none: the group's

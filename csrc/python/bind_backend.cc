@@ -170,6 +170,7 @@ void bind_backend(py::module_& m) {
              d["node_aware"] = b.flat_reason().empty();
              d["flat_reason"] = b.flat_reason();
              d["transport"] = b.transport_name();
+             d["connections"] = b.connections();
              return d;
            })
       .def("compression_feedback", [](const RingzipBackend& b) { return b.compression().feedback(); })
@@ -252,7 +253,10 @@ void bind_backend(py::module_& m) {
       .def_property_readonly("timeout", [](const RingzipBackend& b) { return b.config().timeout; })
       .def_property_readonly("transport", &RingzipBackend::transport_name,
                              "what carries this rank's messages: tcp, gloo, shm, or shm+tcp (shared memory "
-                             "inside the node, TCP between nodes)");
+                             "inside the node, TCP between nodes)")
+      .def_property_readonly("connections", &RingzipBackend::connections,
+                             "per group rank: how many connections carry this rank's messages to it (0 for "
+                             "this rank; a pool of TCP connections where more than 1)");
 }
 
 }  // namespace ringzip

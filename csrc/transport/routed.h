@@ -28,6 +28,9 @@ class RoutedTransport final : public Transport {
   int lookahead() const override;
   void abort() override;
   double round_trip() const override { return wide_->round_trip(); }
+  int connections(int peer) const override {
+    return index_.at(peer) >= 0 ? local_->connections(index_[peer]) : wide_->connections(peer);
+  }
   void close() override;
   Transport& wide() { return *wide_; }
 

@@ -63,6 +63,9 @@ class Transport {
   // message's time beyond half of it for the link's delay (plan/cost.h kMessageCost). A 4 MiB
   // send window carries 6.7 Gbit/s at it.
   static constexpr double kLongRoundTrip = 5e-3;
+  // How many connections carry this rank's messages to `peer` (a pool striped by stripes.h): 0
+  // for this rank itself.
+  virtual int connections(int peer) const { return peer == rank() ? 0 : 1; }
   // The transport's own collectives (NCCL's), or null (host transports).
   virtual NativeCollectives* native() { return nullptr; }
   // A hand-off between threads of one rank inside a schedule (the node-aware pipeline): point

@@ -135,7 +135,8 @@ def _build(group_store, rank: int, size: int, timeout, group_name: str, opts: Op
 
 def _agreed_connections(store, rank: int, size: int, wanted: int) -> int:
     """Options.connections as rank 0 has it: both ends of a message must cut it into as many
-    stripes (a rank that differs warns and follows). 1 where there is no peer."""
+    stripes (a rank that differs warns and follows; 0, the default, lets each pair of ranks
+    choose by its round trip). 1 where there is no peer."""
     if size == 1:
         return 1
     if rank == 0:

@@ -312,3 +312,12 @@ def test_the_command_line_replays_a_long_link_with_its_window_and_pool(tmp_path,
     assert held["ring"] > 2 * far["ring"] and two["ring"] < 0.6 * held["ring"]
     assert held["sra"] < held["ring"]  # three peers at once: three windows
     assert "one-way delay 50ms, window 1M x 2 connection(s)" in capsys.readouterr().out
+
+
+def test_a_sweeps_pool_is_what_its_ranks_got_else_what_its_command_asked():
+    got = {"topology": {"none/ring": {"connections": [0, 2, 2, 2]}, "q4/sra": {"connections": [2, 0, 2, 2]}},
+           "argv": ["collective", "--ropt", "connections=4"]}
+    assert S._connections(got) == 2  # noqa: SLF001 - what the ranks reported wins over the command
+    assert S._connections({"argv": ["collective", "--ropt", "codec=q4", "--ropt", "connections=3"]}) == 3  # noqa: SLF001
+    assert S._connections({"argv": ["collective", "--ropt", "connections=0"]}) == 1  # noqa: SLF001
+    assert S._connections({"topology": {"x": {"layout": "flat"}}}) == 1  # noqa: SLF001 - recorded before

@@ -29,6 +29,7 @@ class GlooTransport final : public Transport {
   std::unique_ptr<Request> irecv_any(void* data, size_t bytes, uint32_t tag) override;
   void abort() override;
   void close() override;
+  int connections(int peer) const override { return peer == rank_ ? 0 : static_cast<int>(pool_size_); }
 
  private:
   using Post = c10::intrusive_ptr<c10d::Work> (c10d::Backend::*)(std::vector<at::Tensor>&, int, int);

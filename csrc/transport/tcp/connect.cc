@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdint>
@@ -17,6 +18,8 @@
 #include <stdexcept>
 
 #include "transport/tcp/kept.h"
+#include "transport/tcp/rtt.h"
+#include "transport/transport.h"
 
 namespace ringzip::tcp {
 namespace {
@@ -28,6 +31,16 @@ using Clock = std::chrono::steady_clock;
 constexpr auto kReleaseGrace = std::chrono::seconds(2);
 // How often the rank that accepts looks again for kept connections its peers may greet.
 constexpr int kRescanMs = 50;
+// The pool a pair of ranks opens when it is chosen for them (connections 0): a second
+// connection doubles the bytes in flight where a round trip makes the send buffer the limit;
+// more measured no faster at RTT 100 ms and 1 Gbit/s (docs/performance.md).
+constexpr size_t kAutoPool = 2;
+// The most connections a greeting may announce (Options.connections' bound).
+constexpr uint32_t kMaxPool = 64;
+
+uint32_t pool_for(uint32_t min_rtt_us) {
+  return min_rtt_us >= Transport::kLongRoundTrip * 1e6 ? kAutoPool : 1;
+}
 
 // Closes what it holds unless released: a failed set-up leaks no socket.
 class Fds {
@@ -194,8 +207,7 @@ Connected connect_all(int rank, int size, int connections, const std::string& ad
   const auto deadline = Clock::now() + timeout;
   Fds fds;
   Holding kept_here;
-  Connected out{std::vector<std::vector<int>>(size, std::vector<int>(connections, -1)),
-                std::vector<uint64_t>(size, 0)};
+  Connected out{std::vector<std::vector<int>>(size), std::vector<uint64_t>(size, 0)};
   auto& sockets = out.sockets;
   out.processes[rank] = process_key();
   auto [listener, me] = listen_on(rank, address, fds);
@@ -205,93 +217,128 @@ Connected connect_all(int rank, int size, int connections, const std::string& ad
   // To every lower rank: the connections kept from a group before between the two processes
   // first, once the peer's release says its end is free; new ones for the rest, all at once (a
   // long link's round trip is paid once): the listener exists before its address is published,
-  // so the kernel completes them unaccepted.
+  // so the kernel completes them unaccepted. With the pool chosen per pair (connections 0), the
+  // pair's first connection -- kept, or new and connected -- measures the round trip first.
   struct Pending {
-    int fd, peer, member;
-    std::string where;
+    int fd;
     bool fresh;
   };
-  std::vector<Pending> pending;
+  std::vector<std::vector<Pending>> to(rank);
+  std::vector<std::vector<Kept>> reusable(rank);
+  std::vector<std::string> wheres(rank);
+  std::vector<Peer> peers(rank);
+  auto open = [&](int p, size_t n) {
+    if (to[p].size() >= n) return;
+    addrinfo* res = resolve(rank, peers[p].host, peers[p].port, false);
+    while (to[p].size() < n) {
+      const int fd = fds.add(::socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+      size_buffers(fd);
+      if (fd < 0 || (::connect(fd, res->ai_addr, res->ai_addrlen) != 0 && errno != EINPROGRESS)) {
+        const std::string why = std::strerror(errno);
+        ::freeaddrinfo(res);
+        fail(rank, "cannot connect to rank " + std::to_string(p) + " at " + wheres[p] + ": " + why);
+      }
+      to[p].push_back({fd, true});
+    }
+    ::freeaddrinfo(res);
+  };
+  auto await_connected = [&] {
+    for (int p = 0; p < rank; ++p)
+      for (auto& c : to[p]) {
+        if (!c.fresh) continue;
+        pollfd pfd{c.fd, POLLOUT, 0};
+        int r;
+        while ((r = ::poll(&pfd, 1, ms_left(deadline))) < 0 && errno == EINTR) {
+        }
+        int err = 0;
+        socklen_t len = sizeof err;
+        ::getsockopt(c.fd, SOL_SOCKET, SO_ERROR, &err, &len);
+        if (r == 0 || err != 0)
+          fail(rank, "cannot connect to rank " + std::to_string(p) + " at " + wheres[p] + ": " +
+                         (r == 0 ? "timed out after " + std::to_string(timeout.count()) + " ms" : std::strerror(err)));
+        c.fresh = false;
+      }
+  };
+  const size_t most = connections > 0 ? static_cast<size_t>(connections) : kAutoPool;
   for (int p = 0; p < rank; ++p) {
-    const std::string where = meeting.lookup(p);
-    const Peer peer = parse(rank, p, where);
-    out.processes[p] = peer.process;
-    if (p == 0) group = peer.group;
-    int m = 0;
+    wheres[p] = meeting.lookup(p);
+    peers[p] = parse(rank, p, wheres[p]);
+    out.processes[p] = peers[p].process;
+    if (p == 0) group = peers[p].group;
     const auto grace = std::min(deadline, Clock::now() + kReleaseGrace);
-    for (Kept& k : kept::take_to(peer.process, static_cast<size_t>(connections))) {
-      const int ready = m < connections ? await_release(k, grace) : 0;
+    for (Kept& k : kept::take_to(peers[p].process, most)) {
+      const int ready = await_release(k, grace);
       if (ready > 0) {
-        pending.push_back({fds.add(k.fd), p, m++, where, false});
+        reusable[p].push_back(k);
       } else if (ready == 0) {
         kept_here.held.push_back(k);
       } else {
         ::close(k.fd);
       }
     }
-    addrinfo* res = m < connections ? resolve(rank, peer.host, peer.port, false) : nullptr;
-    for (; m < connections; ++m) {
-      const int fd = fds.add(::socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
-      size_buffers(fd);
-      if (fd < 0 || (::connect(fd, res->ai_addr, res->ai_addrlen) != 0 && errno != EINPROGRESS)) {
-        const std::string why = std::strerror(errno);
-        ::freeaddrinfo(res);
-        fail(rank, "cannot connect to rank " + std::to_string(p) + " at " + where + ": " + why);
-      }
-      pending.push_back({fd, p, m, where, true});
-    }
-    if (res) ::freeaddrinfo(res);
+    open(p, connections > 0 ? connections - reusable[p].size() : (reusable[p].empty() ? 1 : 0));
   }
-  for (auto& c : pending) {
-    if (c.fresh) {
-      pollfd pfd{c.fd, POLLOUT, 0};
-      int r;
-      while ((r = ::poll(&pfd, 1, ms_left(deadline))) < 0 && errno == EINTR) {
+  await_connected();
+  std::vector<uint32_t> pool(rank);
+  for (int p = 0; p < rank; ++p) {
+    const int first = reusable[p].empty() ? to[p][0].fd : reusable[p][0].fd;
+    pool[p] = connections > 0 ? connections : pool_for(min_rtt_us(first));
+    for (Kept& k : reusable[p]) {
+      if (to[p].size() < pool[p]) {
+        to[p].push_back({fds.add(k.fd), false});
+      } else {
+        kept_here.held.push_back(k);  // more than the pair needs now: left for a later group
       }
-      int err = 0;
-      socklen_t len = sizeof err;
-      ::getsockopt(c.fd, SOL_SOCKET, SO_ERROR, &err, &len);
-      if (r == 0 || err != 0)
-        fail(rank, "cannot connect to rank " + std::to_string(c.peer) + " at " + c.where + ": " +
-                       (r == 0 ? "timed out after " + std::to_string(timeout.count()) + " ms" : std::strerror(err)));
     }
-    Hello hello{kHello, static_cast<uint32_t>(rank), static_cast<uint32_t>(c.member), static_cast<uint32_t>(size),
-                process_key(), group};
-    const std::string why = exchange(c.fd, &hello, sizeof hello, true, deadline);
-    if (!why.empty()) fail(rank, "greeting rank " + std::to_string(c.peer) + " failed: " + why);
-    tune(c.fd);
-    sockets[c.peer][c.member] = c.fd;
+    open(p, pool[p]);
+  }
+  await_connected();
+  for (int p = 0; p < rank; ++p) {
+    sockets[p].assign(pool[p], -1);
+    for (size_t m = 0; m < pool[p]; ++m) {
+      const int fd = to[p][m].fd;
+      Hello hello{kHello, static_cast<uint32_t>(rank), static_cast<uint32_t>(m), static_cast<uint32_t>(size),
+                  process_key(), group, pool[p]};
+      const std::string why = exchange(fd, &hello, sizeof hello, true, deadline);
+      if (!why.empty()) fail(rank, "greeting rank " + std::to_string(p) + " failed: " + why);
+      tune(fd);
+      sockets[p][m] = fd;
+    }
   }
 
   // The higher ranks' connections, new (through the listener) or kept (their greeting arrives
   // on a socket of the process's kept set), each greeted with who it is.
+  // Each peer's greeting says how many connections it opens (its pool); until its first
+  // arrives, at least one is awaited.
   auto place = [&](const Hello& hello, int fd) {
-    if (hello.magic != kHello || static_cast<int>(hello.size) != size || hello.group != group ||
-        static_cast<int>(hello.rank) <= rank || static_cast<int>(hello.rank) >= size ||
-        static_cast<int>(hello.member) >= connections || sockets[hello.rank][hello.member] >= 0)
+    const int p = static_cast<int>(hello.rank);
+    if (hello.magic != kHello || static_cast<int>(hello.size) != size || hello.group != group || p <= rank ||
+        p >= size || hello.pool < 1 || hello.pool > kMaxPool || (connections > 0 && hello.pool != static_cast<uint32_t>(connections)) ||
+        (!sockets[p].empty() && sockets[p].size() != hello.pool) || hello.member >= hello.pool ||
+        (!sockets[p].empty() && sockets[p][hello.member] >= 0))
       fail(rank, "a connection that is not a peer's of this group arrived (another program, or another "
                  "group's rank on this address)");
     tune(fd);
-    sockets[hello.rank][hello.member] = fd;
-    out.processes[hello.rank] = hello.process;
+    if (sockets[p].empty()) sockets[p].assign(hello.pool, -1);
+    sockets[p][hello.member] = fd;
+    out.processes[p] = hello.process;
   };
-  for (int expected = (size - 1 - rank) * connections; expected > 0;) {
+  auto missing = [&] {
+    std::string ranks;
+    for (int p = rank + 1; p < size; ++p)
+      if (sockets[p].empty() || std::count(sockets[p].begin(), sockets[p].end(), -1) > 0)
+        ranks += (ranks.empty() ? "" : ", ") + std::to_string(p);
+    return ranks;
+  };
+  while (!missing().empty()) {
     for (Kept& k : kept::take_for(group)) kept_here.held.push_back(k);
     std::vector<pollfd> pfds{{listener, POLLIN, 0}};
     for (const Kept& k : kept_here.held) pfds.push_back({k.fd, static_cast<short>(k.greeted ? 0 : POLLIN), 0});
     int r;
     while ((r = ::poll(pfds.data(), pfds.size(), std::min(ms_left(deadline), kRescanMs))) < 0 && errno == EINTR) {
     }
-    if (r == 0 && ms_left(deadline) == 0) {
-      std::string missing;
-      for (int p = rank + 1; p < size; ++p)
-        for (int m = 0; m < connections; ++m)
-          if (sockets[p][m] < 0) {
-            missing += (missing.empty() ? "" : ", ") + std::to_string(p);
-            break;
-          }
-      fail(rank, "rank(s) " + missing + " did not connect within " + std::to_string(timeout.count()) + " ms");
-    }
+    if (r == 0 && ms_left(deadline) == 0)
+      fail(rank, "rank(s) " + missing() + " did not connect within " + std::to_string(timeout.count()) + " ms");
     // Kept sockets: what arrived (a release, a greeting); a greeting for this group takes it.
     auto& held = kept_here.held;
     for (size_t i = held.size(); i-- > 0;) {
@@ -299,10 +346,7 @@ Connected connect_all(int rank, int size, int connections, const std::string& ad
       const bool usable = k.greeted || !(pfds[i + 1].revents & (POLLIN | POLLHUP | POLLERR)) || k.advance();
       if (!usable) ::close(k.fd);
       const bool ours = usable && k.greeted && k.hello.group == group;
-      if (ours) {
-        place(k.hello, fds.add(k.fd));
-        --expected;
-      }
+      if (ours) place(k.hello, fds.add(k.fd));
       if (!usable || ours) held.erase(held.begin() + static_cast<std::ptrdiff_t>(i));
     }
     if (!(pfds[0].revents & POLLIN)) continue;
@@ -313,7 +357,6 @@ Connected connect_all(int rank, int size, int connections, const std::string& ad
     const std::string why = exchange(fd, &hello, sizeof hello, false, deadline);
     if (!why.empty()) fail(rank, "a peer's greeting failed: " + why);
     place(hello, fd);
-    --expected;
   }
   // The sockets stay non-blocking (the engine's mode); only the listener goes.
   fds.release();

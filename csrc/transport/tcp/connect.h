@@ -1,8 +1,11 @@
 #pragma once
 // Connection set-up of the TCP transport, torch-free: a listening socket on this rank's address,
-// then `connections` sockets from every rank to every lower rank, each greeted with who it is --
-// taken over from a group before between the same processes where one was kept (kept.h), new
-// otherwise.
+// then a pool of sockets from every rank to every lower rank, each greeted with who it is and
+// the pool's size -- taken over from a group before between the same processes where one was
+// kept (kept.h), new otherwise. The pool holds `connections` sockets, or, with connections 0,
+// as many as the pair's round trip asks for, which the rank that connects reads from its first
+// connection's handshake (TCP's minimum RTT): one below Transport::kLongRoundTrip, two from it.
+// Its greeting tells the other end, so both cut messages alike (stripes.h).
 // Ranks meet through callbacks that publish and look up an address (the transport passes its
 // store), so this file knows no store.
 #include <chrono>
@@ -19,7 +22,7 @@ struct Meeting {
 };
 
 struct Connected {
-  // sockets[p][m]: connection m to peer p (none for this rank), non-blocking, TCP_NODELAY, with
+  // sockets[p][m]: connection m of the pool to peer p (none for this rank), non-blocking, TCP_NODELAY, with
   // send and receive buffers as large as the kernel lets a socket ask for.
   std::vector<std::vector<int>> sockets;
   std::vector<uint64_t> processes;  // [p]: peer p's process_key()

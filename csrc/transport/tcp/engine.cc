@@ -1,6 +1,5 @@
 #include "transport/tcp/engine.h"
 
-#include <linux/tcp.h>  // struct tcp_info with tcpi_min_rtt (glibc's lacks it)
 #include <netinet/in.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
@@ -17,6 +16,7 @@
 
 #include "transport/stripes.h"
 #include "transport/tcp/kept.h"
+#include "transport/tcp/rtt.h"
 
 namespace ringzip::tcp {
 namespace {
@@ -99,7 +99,6 @@ Engine::Engine(int rank, int size, std::vector<std::vector<int>> sockets, std::v
   ::epoll_ctl(epoll_, EPOLL_CTL_ADD, event_, &ev);
   for (int p = 0; p < size; ++p) {
     if (p == rank) continue;
-    if (pool_ == 0) pool_ = sockets[p].size();
     for (size_t m = 0; m < sockets[p].size(); ++m) {
       auto c = std::make_unique<Conn>();
       c->fd = sockets[p][m];
@@ -133,11 +132,12 @@ std::string Engine::describe(const Op& op) const {
          std::to_string(op.tag) + ", tcp)";
 }
 
-std::shared_ptr<Op> Engine::post_send(const void* data, size_t bytes, int peer, uint32_t tag, size_t stripes) {
+std::shared_ptr<Op> Engine::post_send(const void* data, size_t bytes, int peer, uint32_t tag) {
   std::lock_guard<std::mutex> lk(mu_);
   check_open();
   if (peer < 0 || peer >= size_ || peer == rank_)
     throw std::invalid_argument("ringzip: tcp transport: no connection to rank " + std::to_string(peer));
+  const size_t stripes = stripe_count(bytes, tag, conns_[peer].size());
   auto op = std::make_shared<Op>(Op{true, peer, tag, bytes, static_cast<int>(stripes)});
   const char* base = static_cast<const char*>(data);
   for (size_t i = 0; i < stripes && !op->finished(); ++i) {
@@ -153,11 +153,12 @@ std::shared_ptr<Op> Engine::post_send(const void* data, size_t bytes, int peer, 
   return op;
 }
 
-std::shared_ptr<Op> Engine::post_recv(void* data, size_t bytes, int peer, uint32_t tag, size_t stripes) {
+std::shared_ptr<Op> Engine::post_recv(void* data, size_t bytes, int peer, uint32_t tag) {
   std::lock_guard<std::mutex> lk(mu_);
   check_open();
   if (peer < 0 || peer >= size_ || peer == rank_)
     throw std::invalid_argument("ringzip: tcp transport: no connection to rank " + std::to_string(peer));
+  const size_t stripes = stripe_count(bytes, tag, conns_[peer].size());
   auto op = std::make_shared<Op>(Op{false, peer, tag, bytes, static_cast<int>(stripes)});
   for (size_t i = 0; i < stripes && !op->finished(); ++i) {
     Conn& c = *conns_[peer][i];
@@ -230,11 +231,8 @@ double Engine::min_round_trip() const {
   uint32_t least = 0;
   for (const auto& row : conns_)
     for (const auto& c : row) {
-      tcp_info info{};
-      socklen_t len = sizeof info;
-      if (!c->closed.empty() || ::getsockopt(c->fd, IPPROTO_TCP, TCP_INFO, &info, &len) != 0) continue;
-      const uint32_t rtt = len >= offsetof(tcp_info, tcpi_min_rtt) + sizeof info.tcpi_min_rtt ? info.tcpi_min_rtt : 0;
-      if (rtt > 0 && rtt != ~0u && (least == 0 || rtt < least)) least = rtt;
+      const uint32_t rtt = c->closed.empty() ? min_rtt_us(c->fd) : 0;
+      if (rtt > 0 && (least == 0 || rtt < least)) least = rtt;
     }
   return least * 1e-6;
 }

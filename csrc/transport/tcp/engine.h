@@ -65,11 +65,12 @@ class Engine {
 
   int rank() const { return rank_; }
   int size() const { return size_; }
-  size_t pool() const { return pool_; }
-  // A message of bytes > 0 cut into `stripes` (1..pool) parts, part i on connection i of the
-  // peer's pool (stripes.h). A post to a peer that is gone returns an operation already failed.
-  std::shared_ptr<Op> post_send(const void* data, size_t bytes, int peer, uint32_t tag, size_t stripes);
-  std::shared_ptr<Op> post_recv(void* data, size_t bytes, int peer, uint32_t tag, size_t stripes);
+  // How many connections carry messages to `peer` (its pool; 0 for this rank).
+  size_t pool(int peer) const { return conns_.at(peer).size(); }
+  // A message of bytes > 0 cut into as many parts as stripes.h gives for the peer's pool, part
+  // i on connection i. A post to a peer that is gone returns an operation already failed.
+  std::shared_ptr<Op> post_send(const void* data, size_t bytes, int peer, uint32_t tag);
+  std::shared_ptr<Op> post_recv(void* data, size_t bytes, int peer, uint32_t tag);
   std::shared_ptr<Op> post_recv_any(void* data, size_t bytes, uint32_t tag);
   // Until `op` finished; throws std::runtime_error on its failure or when `timeout` elapsed
   // (the op stays posted).
@@ -110,7 +111,6 @@ class Engine {
 
   const int rank_, size_;
   const std::vector<uint64_t> processes_;
-  size_t pool_ = 0;
   std::vector<std::vector<std::unique_ptr<Conn>>> conns_;  // [peer][member]
   std::map<uint32_t, std::deque<std::shared_ptr<Part>>> any_;  // receives from any source, by tag
   uint64_t arrivals_ = 0;                                  // orders unexpected messages across peers

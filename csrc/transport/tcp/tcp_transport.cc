@@ -3,7 +3,6 @@
 #include <atomic>
 #include <stdexcept>
 
-#include "transport/stripes.h"
 #include "transport/tcp/connect.h"
 #include "transport/tcp/engine.h"
 
@@ -34,11 +33,11 @@ class TcpTransport final : public Transport {
   std::string name() const override { return "tcp"; }
   std::unique_ptr<Request> isend(const void* data, size_t bytes, int peer, uint32_t tag) override {
     if (bytes == 0) return std::make_unique<DoneRequest>();
-    return std::make_unique<TcpRequest>(e_, e_->post_send(data, bytes, peer, tag, stripes(bytes, tag)));
+    return std::make_unique<TcpRequest>(e_, e_->post_send(data, bytes, peer, tag));
   }
   std::unique_ptr<Request> irecv(void* data, size_t bytes, int peer, uint32_t tag) override {
     if (bytes == 0) return std::make_unique<DoneRequest>(peer);
-    return std::make_unique<TcpRequest>(e_, e_->post_recv(data, bytes, peer, tag, stripes(bytes, tag)));
+    return std::make_unique<TcpRequest>(e_, e_->post_recv(data, bytes, peer, tag));
   }
   std::unique_ptr<Request> irecv_any(void* data, size_t bytes, uint32_t tag) override {
     if (bytes == 0) throw std::invalid_argument("ringzip: a receive from any source needs at least one byte");
@@ -47,9 +46,9 @@ class TcpTransport final : public Transport {
   void abort() override { e_->abort("a collective failed"); }
   void close() override { e_->close(); }
   double round_trip() const override { return e_->min_round_trip(); }
+  int connections(int peer) const override { return static_cast<int>(e_->pool(peer)); }
 
  private:
-  size_t stripes(size_t bytes, uint32_t tag) const { return stripe_count(bytes, tag, e_->pool()); }
 
   std::shared_ptr<Engine> e_;
 };
@@ -58,7 +57,7 @@ class TcpTransport final : public Transport {
 
 std::unique_ptr<Transport> make_tcp_transport(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                                               std::chrono::milliseconds timeout, const TcpOptions& options) {
-  if (options.connections < 1) throw std::invalid_argument("ringzip: the tcp transport needs at least one connection");
+  if (options.connections < 0) throw std::invalid_argument("ringzip: the tcp transport's connections must be 0 (auto) or more");
   tcp::Meeting meeting{
       [&](const std::string& address) { store->set("addr/" + std::to_string(rank), std::vector<uint8_t>(address.begin(), address.end())); },
       [&](int peer) {

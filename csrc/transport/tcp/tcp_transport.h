@@ -3,10 +3,10 @@
 // every peer, one I/O thread per group (engine.h: framing, matching, failures), connected
 // through the group's store when the group is created (connect.h). Semantics are the Transport
 // interface's, as on Gloo: isend/irecv by (peer, 32-bit tag), receives from any source, one
-// (peer, tag) matches in order, sizes must be equal. Where the ranks agreed on a long round
-// trip, a collective's large message travels striped over the pool (stripes.h), so that a long
-// link is not held to one connection's send window per round trip (docs/design.md, "Filling a
-// long link").
+// (peer, tag) matches in order, sizes must be equal. A collective's large message to a peer
+// with more than one connection travels striped over them (stripes.h), so that a long link is
+// not held to one connection's send window per round trip (docs/design.md, "Filling a long
+// link").
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include <chrono>
@@ -21,8 +21,9 @@ struct TcpOptions {
   // The address this rank listens on and its peers connect to (a host name or a numeric
   // address of one of this machine's interfaces).
   std::string address;
-  // Connections to each peer (rank 0's count: every rank must pass the same).
-  int connections = 1;
+  // Connections to each peer (rank 0's count: every rank must pass the same); 0: chosen per
+  // pair of ranks by their round trip (connect.h).
+  int connections = 0;
 };
 
 // `store`: private to this transport (the caller passes a PrefixStore), used only to exchange

@@ -6,7 +6,7 @@
 
 namespace ringzip::tcp {
 
-constexpr uint32_t kHello = 0x32485a52;    // "RZH2"
+constexpr uint32_t kHello = 0x33485a52;    // "RZH3"
 constexpr uint32_t kData = 0x31445a52;     // "RZD1": a message of `bytes` bytes follows
 constexpr uint32_t kRelease = 0x31525a52;  // "RZR1": the sender's group closed; nothing follows for it
 
@@ -17,8 +17,10 @@ struct Hello {
   uint32_t size;
   uint64_t process;  // the sender's process_key() (kept.h)
   uint64_t group;    // the group's token (rank 0's, from its published address)
+  uint32_t pool;     // how many connections the sender opens to the receiver in this group (connect.h)
+  uint32_t unused = 0;
 };
-static_assert(sizeof(Hello) == 32, "the greeting is 32 bytes on the wire");
+static_assert(sizeof(Hello) == 40, "the greeting is 40 bytes on the wire");
 
 struct Frame {
   uint32_t kind;

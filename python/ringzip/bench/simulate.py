@@ -371,12 +371,17 @@ def long_link(header: dict, links: Links) -> Links:
 
 
 def _connections(header: dict) -> int:
-    """Options(connections=...) of the sweep's command (its --ropt KEY=VALUE), else 1."""
+    """The connections per peer the sweep's ranks got (its topology's, where the build records
+    them: the most to any peer), else Options(connections=...) of its command (--ropt
+    KEY=VALUE), else 1 (the builds that did not record them had one by default)."""
     from .common import parse_key_values
 
+    got = [c for topo in (header.get("topology") or {}).values() for c in topo.get("connections") or []]
+    if got:
+        return max(got)
     argv = header.get("argv") or []
     ropt = [value for flag, value in zip(argv, argv[1:]) if flag == "--ropt"]
-    return int(parse_key_values(ropt).get("connections", 1))
+    return int(parse_key_values(ropt).get("connections", 1)) or 1
 
 
 def _median(xs):

@@ -87,7 +87,7 @@ def measure_sites(out: str, sweeps=SITE_SWEEPS, iters: int = 20, min_iters: int 
         cmd = [sys.executable, "-m", "ringzip.bench", "collective", "--backend", "ringzip", "-n", "4",
                "--net", f"1gbit,{delay}", "-b", begin, "-e", "64M", "-f", "64", "--codec", codecs,
                "--algorithm", "ring,sra", "--iters", str(iters), "--min-iters", str(min_iters), "--warmup", "3",
-               "--time-budget", "3.0", "--json", path, "-q"] + (["--ropt", f"connections={pool}"] if pool > 1 else [])
+               "--time-budget", "3.0", "--json", path, "-q", "--ropt", f"connections={pool}"]
         t = time.time()
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
         print(f"{os.path.basename(path)}: {time.time() - t:.0f} s", flush=True)
