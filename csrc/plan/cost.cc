@@ -51,7 +51,11 @@ double ceil_div(double a, double b) { return std::ceil(a / b); }
 // rate from compressed calls at all: plan/tuner.cc learn, docs/algorithms.md "One host".)
 std::optional<LinkSample> link_sample(const Estimate& e, double seconds, double codec_seconds, double compute) {
   const bool host_light = e.host_bound && e.wire < 0.25 * e.total;
-  if (e.wire_bytes < kLinkSampleBytes || host_light || seconds - codec_seconds - e.latency < 0.25 * seconds) return {};
+  // A call the windows bound says how fast a window crosses, which the transport's round trip
+  // and buffers tell already, not the link's rate.
+  if (e.wire_bytes < kLinkSampleBytes || host_light || e.window_bound ||
+      seconds - codec_seconds - e.latency < 0.25 * seconds)
+    return {};
   const double R = seconds - e.latency, keep = 1 - e.overlap, C = compute;
   double W = R - keep * C;                          // wire-bound: the codec's unhidden part adds to the wire
   if (W < C) W = keep > 0.05 ? (R - C) / keep : 0;  // codec-bound: the wire's unhidden part adds
@@ -71,15 +75,18 @@ std::optional<double> call_sample(const Estimate& e, double seconds, double typi
 }
 
 Estimate combine(double messages, double wire_bytes, double compute, double overlap, const Link& l, double host_bytes,
-                 double launches) {
+                 double launches, double peers) {
   Estimate e;
   e.messages = messages;
   e.launches = launches;
   e.wire_bytes = wire_bytes;
   e.host_bytes = host_bytes < 0 ? wire_bytes : host_bytes;
   e.overlap = overlap;
+  e.peers = peers;
   e.latency = messages * l.alpha + launches * l.launch + l.call;
-  e.wire = wire_bytes * l.inv_bw;
+  const double inv_window = l.inv_window / std::max(1.0, peers);
+  e.window_bound = inv_window > l.inv_bw;
+  e.wire = wire_bytes * std::max(l.inv_bw, inv_window);
   e.host_bound = e.host_bytes * l.inv_host > e.wire;
   if (e.host_bound) e.wire = e.host_bytes * l.inv_host;
   e.compute = compute;
@@ -104,13 +111,13 @@ Estimate dense_allreduce(AllreduceAlgo a, size_t bytes, int n, const Link& l) {
     // copies n+1 slices: n^2 + 1 kernels.
     case AllreduceAlgo::Star:  // the root receives n-1 buffers, reduces, sends n-1
       return combine(latency_units(l, 2, 2.0 * (n - 1) / n), 2.0 * (n - 1) * S, (n - 1) * S * l.reduce, 0, l,
-                     2.0 * (n - 1) / n * S, static_cast<double>(n) * n + 1);
+                     2.0 * (n - 1) / n * S, static_cast<double>(n) * n + 1, n - 1);
     case AllreduceAlgo::Sra:  // each part to its owner, which reduces n-1 slots and sends the sum to all
       return combine(latency_units(l, 2, 2.0 * (n - 1)), 2.0 * (n - 1) / n * S, (n - 1.0) / n * S * l.reduce, 0, l,
-                     -1, n - 1);
+                     -1, n - 1, n - 1);
     case AllreduceAlgo::Direct:  // one round, every rank sends its buffer to every other
       return combine(latency_units(l, 1, n - 1), (n - 1) * S, (n - 1) * S * l.reduce, 0, l, -1,
-                     static_cast<double>(n) * n + 1);
+                     static_cast<double>(n) * n + 1, n - 1);
     // Recursive doubling and halving-doubling: a reduction and a copy per level (a partner's
     // fold-in reduction takes its first level's copy's place).
     case AllreduceAlgo::RecursiveDoubling:  // the n - p folded ranks send twice, their partners once more
@@ -127,7 +134,7 @@ Estimate dense_allreduce(AllreduceAlgo a, size_t bytes, int n, const Link& l) {
       const double fan = n >= 5 ? 3 : (n >= 3 ? 2 : 1);
       return segmented(combine(latency_units(l, steps, 2.0 * (n - 1) * k / n), steps * fan * s,
                                steps * std::min(2.0, fan) * s * l.reduce, 0, l, 2.0 * (n - 1) / n * S,
-                               steps * std::min(2.0, fan)),
+                               steps * std::min(2.0, fan), fan),
                        k);
     }
     default: {  // ring: 2(n-1) steps of one part, in segments (collective/dense/ring.cc)
@@ -178,7 +185,7 @@ Estimate sra(const codec::Spec& s, size_t count, int n, const Link& l, const Cod
   // they wait for the link's delay once per L (sra_lag).
   auto with_rounds = [&](double rounds) {
     return segmented(combine(latency_units(l, rounds, phases * (n - 1) * segs), phases * (n - 1) * enc, compute,
-                             (segs - 1) / (segs + 1), l, -1, launches),
+                             (segs - 1) / (segs + 1), l, -1, launches, n - 1),
                      segs);
   };
   const Estimate stepwise = with_rounds(segs + phases);
@@ -204,7 +211,8 @@ Estimate sparse(const codec::Spec& s, size_t count, int n, const Link& l, const 
   if (s.kind == codec::Kind::RandomK) {
     Estimate e =
         dense_allreduce(best_dense(static_cast<size_t>(4 * (k + 1)), n, l), static_cast<size_t>(4 * (k + 1)), n, l);
-    return combine(e.messages, e.wire_bytes, e.compute + S * (pass + cs.decode), 0, l, e.host_bytes, e.launches + 2);
+    return combine(e.messages, e.wire_bytes, e.compute + S * (pass + cs.decode), 0, l, e.host_bytes, e.launches + 2,
+                   e.peers);
   }
   const double blocks = ceil_div(count, compressed::topk_block_elems(count, topk_block));
   const double payload = static_cast<double>(codec::encoded_bytes(s, static_cast<int64_t>(count)));
@@ -212,7 +220,7 @@ Estimate sparse(const codec::Spec& s, size_t count, int n, const Link& l, const 
   const double compute = S * pass + (n - 1) * 8 * k * l.reduce;
   // Per block: the selection and the n payloads' decodes.
   return combine(latency_units(l, blocks, (n - 1) * blocks), (n - 1) * payload, compute, (blocks - 1) / blocks, l, -1,
-                 blocks * (n + 1));
+                 blocks * (n + 1), n - 1);
 }
 
 }  // namespace

@@ -45,6 +45,12 @@ struct Link {
   // exchange and the star reduce n(n-1) slices in the ring's order: at 64 GPU ranks 16 ms of
   // launches for a 64 KiB call the ring finishes in 1.5 ms.
   double launch = 0;
+  // Seconds per byte that one rank sends to one peer at a time where its connections' windows
+  // bound it, not the link: a round trip per window (TCP keeps at most its buffers' worth in
+  // flight), round trip / (bytes the peer's connections keep in flight); 0: no such bound. A
+  // rank that streams to k peers at once has k windows: the ring (one peer) is held to one,
+  // SRA and the direct exchange (n-1 peers) are not (docs/algorithms.md, "On a long link").
+  double inv_window = 0;
 };
 
 // The most of a message's alpha that is the hosts' own cost (thread wake-ups, copies; 30 us to
@@ -64,12 +70,15 @@ struct CodecSpeed {
 // latency = messages * alpha + launches * launch + call: a kernel's launch is paid in turn on
 // the busiest rank, whatever its bytes. messages and wire_bytes are the coefficients of alpha and
 // inv_bw (a measured call teaches inv_bw, or the call cost where it is too small to: tuner.cc).
-// wire = max(wire_bytes * inv_bw, host_bytes * inv_host); host_bound says which.
+// wire = max(wire_bytes * max(inv_bw, inv_window / peers), host_bytes * inv_host); host_bound and
+// window_bound say which.
 struct Estimate {
   double total = 0, latency = 0, wire = 0, compute = 0;
   double messages = 0, wire_bytes = 0, host_bytes = 0, overlap = 0, launches = 0;
+  double peers = 1;     // how many peers the busiest rank streams to at once (combine)
   double segments = 1;  // the pipelining segments a part is cut into (ring, reduce-scatter, tree, SRA)
   bool host_bound = false;
+  bool window_bound = false;  // the windows of the connections, not the link's rate, bound the wire (Link::inv_window)
 };
 
 // Below this many bytes through the busiest link a call teaches no link rate (cost.cc), but
@@ -96,8 +105,9 @@ std::optional<LinkSample> link_sample(const Estimate& e, double seconds, double 
 std::optional<double> call_sample(const Estimate& e, double seconds, double typical, double compute, double call);
 
 // The sum of the parts as above; host_bytes < 0: every rank sends as much as the busiest.
+// `peers`: to how many peers at once the busiest rank streams its bytes (each adds a window).
 Estimate combine(double messages, double wire_bytes, double compute, double overlap, const Link& l,
-                 double host_bytes = -1, double launches = 0);
+                 double host_bytes = -1, double launches = 0, double peers = 1);
 
 // Exact all-reduce of `bytes` over n ranks with algorithm a (not Auto).
 Estimate dense_allreduce(AllreduceAlgo a, size_t bytes, int n, const Link& l);

@@ -131,6 +131,13 @@ double gather_step(Comm& c, uint8_t* out, uint8_t* in, size_t bytes, uint32_t st
   return since(t0);
 }
 
+// Link::inv_window as this rank's transport has it: a round trip per window of bytes to a peer.
+// Only a long link's: below Transport::kLongRoundTrip a window carries more than any link here.
+double window_seconds_per_byte(Comm& c) {
+  const double rtt = c.net.round_trip(), window = c.net.window_bytes();
+  return rtt >= Transport::kLongRoundTrip && window > 0 ? rtt / window : 0.0;
+}
+
 }  // namespace
 
 void Tuner::probe(Comm& c) {
@@ -181,8 +188,9 @@ void Tuner::agree(Comm& c, const std::vector<CodecCandidate>* candidates) {
                            inj ? 0.0 : least(inv_host_, none),
                            agree_seconds_,
                            inj ? 0.0 : way_price(call_),
-                           inj ? 0.0 : launch_seconds(c)};
-  constexpr size_t kFixed = 9, kCall = 7, kLaunch = 8;
+                           inj ? 0.0 : launch_seconds(c),
+                           inj ? 0.0 : window_seconds_per_byte(c)};
+  constexpr size_t kFixed = 10, kCall = 7, kLaunch = 8, kWindow = 9;
   for (const auto& [key, old] : remeasure_) {  // every rank switched at the same call
     std::deque<double>& w = seconds_[key];
     if (w.size() > old) w.erase(w.begin(), w.begin() + static_cast<std::ptrdiff_t>(old));
@@ -249,7 +257,7 @@ void Tuner::agree(Comm& c, const std::vector<CodecCandidate>* candidates) {
   known_ = true;
   auto agreed_or = [](double x, double before) { return std::isnan(x) ? before : x; };  // none measured: as before
   link_ = cost::Link{agreed_or(v[0], link_.alpha), agreed_or(v[1], link_.inv_bw), v[2], agreed_or(v[5], link_.inv_host),
-                     v[kCall], v[kLaunch]};
+                     v[kCall], v[kLaunch], v[kWindow]};
   codec_scale_agreed_ = v[3];
   refresh_seconds_ = v[6];
   calibrate_ = v[4] == 0;  // a rank with injected figures: the model alone decides

@@ -194,7 +194,7 @@ void bind_backend(py::module_& m) {
             if (!f) return std::nullopt;
             py::dict d, codecs;
             const cost::Link& l = f->link;
-            d["link"] = std::vector<double>{l.alpha, l.inv_bw, l.reduce, l.inv_host, l.call, l.launch};
+            d["link"] = std::vector<double>{l.alpha, l.inv_bw, l.reduce, l.inv_host, l.call, l.launch, l.inv_window};
             d["codec_scale"] = f->codec_scale;
             for (const auto& [name, c] : f->codecs) codecs[py::str(name)] = std::vector<double>{c.encode, c.decode, c.feedback};
             d["codecs"] = codecs;
@@ -205,9 +205,9 @@ void bind_backend(py::module_& m) {
           "seed_tuner",
           [](RingzipBackend& b, const std::string& device, const std::vector<double>& link, double codec_scale,
              const std::map<std::string, std::vector<double>>& codecs) {
-            if (link.size() != 6) throw std::invalid_argument("ringzip: seed_tuner: link holds 6 figures");
+            if (link.size() != 7) throw std::invalid_argument("ringzip: seed_tuner: link holds 7 figures");
             Tuner::Figures f;
-            f.link = cost::Link{link[0], link[1], link[2], link[3], link[4], link[5]};
+            f.link = cost::Link{link[0], link[1], link[2], link[3], link[4], link[5], link[6]};
             f.codec_scale = codec_scale;
             for (const auto& [name, v] : codecs) {
               if (v.size() != 3) throw std::invalid_argument("ringzip: seed_tuner: a codec holds 3 speeds");

@@ -26,6 +26,8 @@ py::dict as_dict(const cost::Estimate& e) {
   d["wire_bytes"] = e.wire_bytes;
   d["host_bytes"] = e.host_bytes;
   d["host_bound"] = e.host_bound;
+  d["window_bound"] = e.window_bound;
+  d["peers"] = e.peers;
   d["overlap"] = e.overlap;
   d["launches"] = e.launches;
   d["segments"] = e.segments;
@@ -64,13 +66,13 @@ void bind_cost(py::module_& m) {
   c.def(
       "predict_dense",
       [](const std::string& algorithm, size_t bytes, int n, double alpha, double inv_bw, double reduce, double inv_host,
-         double call, double launch) {
+         double call, double launch, double inv_window) {
         return as_dict(cost::dense_allreduce(parse_algorithm(algorithm), bytes, n,
-                                             {alpha, inv_bw, reduce, inv_host, call, launch}));
+                                             {alpha, inv_bw, reduce, inv_host, call, launch, inv_window}));
       },
       py::arg("algorithm"), py::arg("bytes"), py::arg("n"), py::arg("alpha"), py::arg("inv_bw"),
       py::arg("reduce") = cost::Link{}.reduce, py::arg("inv_host") = 0.0, py::arg("call") = 0.0,
-      py::arg("launch") = 0.0);
+      py::arg("launch") = 0.0, py::arg("inv_window") = 0.0);
   c.def(
       "dense_candidates",
       [] {
@@ -81,26 +83,28 @@ void bind_cost(py::module_& m) {
       "the dense algorithms algorithm=\"auto\" chooses among, in the order ties go");
   c.def(
       "best_dense",
-      [](size_t bytes, int n, double alpha, double inv_bw, double reduce, double inv_host, double launch) {
-        return std::string(algorithm_name(cost::best_dense(bytes, n, {alpha, inv_bw, reduce, inv_host, 0, launch})));
+      [](size_t bytes, int n, double alpha, double inv_bw, double reduce, double inv_host, double launch,
+         double inv_window) {
+        return std::string(
+            algorithm_name(cost::best_dense(bytes, n, {alpha, inv_bw, reduce, inv_host, 0, launch, inv_window})));
       },
       py::arg("bytes"), py::arg("n"), py::arg("alpha"), py::arg("inv_bw"), py::arg("reduce") = cost::Link{}.reduce,
-      py::arg("inv_host") = 0.0, py::arg("launch") = 0.0);
+      py::arg("inv_host") = 0.0, py::arg("launch") = 0.0, py::arg("inv_window") = 0.0);
   c.def(
       "predict",
       [](const std::string& codec, const std::string& algorithm, size_t bytes, int n, double alpha, double inv_bw,
          double reduce, const Speeds& speed, bool feedback, bool reduce_scatter, int64_t bucket, double launch,
-         size_t topk_block) {
+         size_t topk_block, double inv_window) {
         const CompressionConfig cc = parsed(codec, bucket);
         const cost::Problem p{bytes,      n, reduce_scatter, feedback, parse_compressed_algo(algorithm), AllreduceAlgo::Auto,
                               topk_block};
-        const cost::Link l{alpha, inv_bw, reduce, 0, 0, launch};
+        const cost::Link l{alpha, inv_bw, reduce, 0, 0, launch, inv_window};
         return as_dict(cost::predict(cc.spec(), p.algo, cost::best_dense(bytes, n, l), p, l, speed_of(speed)));
       },
       py::arg("codec"), py::arg("algorithm"), py::arg("bytes"), py::arg("n"), py::arg("alpha"), py::arg("inv_bw"),
       py::arg("reduce"), py::arg("speed"), py::arg("feedback") = false, py::arg("reduce_scatter") = false,
       py::arg("bucket") = codec::kBucketSize, py::arg("launch") = 0.0,
-      py::arg("topk_block") = static_cast<size_t>(codec::kTopkBlock));
+      py::arg("topk_block") = static_cast<size_t>(codec::kTopkBlock), py::arg("inv_window") = 0.0);
   c.def(
       "sra_segment_elems",
       [](const std::string& codec, size_t bytes, int n, double alpha, double inv_bw, const Speeds& speed, bool feedback,
@@ -129,15 +133,15 @@ void bind_cost(py::module_& m) {
   c.def(
       "link_sample_dense",
       [](const std::string& algorithm, size_t bytes, int n, double alpha, double inv_bw, double inv_host,
-         double seconds) -> std::optional<std::pair<std::string, double>> {
-        const cost::Link l{alpha, inv_bw, cost::Link{}.reduce, inv_host};
+         double seconds, double inv_window) -> std::optional<std::pair<std::string, double>> {
+        const cost::Link l{alpha, inv_bw, cost::Link{}.reduce, inv_host, 0, 0, inv_window};
         const cost::Estimate e = cost::dense_allreduce(parse_algorithm(algorithm), bytes, n, l);
         const auto w = cost::link_sample(e, seconds, 0, e.compute);
         if (!w) return std::nullopt;
         return std::make_pair(std::string(w->host ? "host" : "link"), w->seconds_per_byte);
       },
       py::arg("algorithm"), py::arg("bytes"), py::arg("n"), py::arg("alpha"), py::arg("inv_bw"), py::arg("inv_host"),
-      py::arg("seconds"));
+      py::arg("seconds"), py::arg("inv_window") = 0.0);
   // What a measured exact call teaches about the per-call cost (cost.h call_sample): seconds or None.
   c.def(
       "call_sample_dense",

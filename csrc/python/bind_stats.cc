@@ -40,6 +40,8 @@ void bind_stats(py::module_& m) {
       .def_property_readonly("link_gbit", [](const Params& p) { return per_second(p.link.inv_bw, 8e-9); })
       // per rank, the host's copies
       .def_property_readonly("host_gbit", [](const Params& p) { return per_second(p.link.inv_host, 8e-9); })
+      // what one peer's connections carry where their windows bound them (0: unbounded)
+      .def_property_readonly("window_gbit", [](const Params& p) { return per_second(p.link.inv_window, 8e-9); })
       .def_property_readonly("reduce_gbyte_s", [](const Params& p) { return per_second(p.link.reduce, 1e-9); })
       .def_readonly("codec_scale", &Params::codec_scale)
       .def_readonly("codecs", &Params::codecs);

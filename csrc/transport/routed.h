@@ -28,6 +28,7 @@ class RoutedTransport final : public Transport {
   int lookahead() const override;
   void abort() override;
   double round_trip() const override { return wide_->round_trip(); }
+  double window_bytes() const override { return wide_->window_bytes(); }
   int connections(int peer) const override {
     return index_.at(peer) >= 0 ? local_->connections(index_[peer]) : wide_->connections(peer);
   }

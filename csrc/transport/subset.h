@@ -31,6 +31,7 @@ class SubsetTransport final : public Transport {
   int lookahead() const override { return parent_.lookahead(); }
   void abort() override { parent_.abort(); }
   double round_trip() const override { return parent_.round_trip(); }
+  double window_bytes() const override { return parent_.window_bytes(); }
   int connections(int peer) const override { return parent_.connections(ranks_.at(peer)); }
 
  private:

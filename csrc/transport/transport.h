@@ -66,6 +66,10 @@ class Transport {
   // How many connections carry this rank's messages to `peer` (a pool striped by stripes.h): 0
   // for this rank itself.
   virtual int connections(int peer) const { return peer == rank() ? 0 : 1; }
+  // The bytes this rank's connections to one peer keep in flight at most (their buffers' share
+  // for payload, times the pool), the least over its peers; 0 where no window bounds a
+  // transfer the transport knows of. With round_trip() the cost model's Link::inv_window.
+  virtual double window_bytes() const { return 0; }
   // The transport's own collectives (NCCL's), or null (host transports).
   virtual NativeCollectives* native() { return nullptr; }
   // A hand-off between threads of one rank inside a schedule (the node-aware pipeline): point

@@ -61,7 +61,8 @@ def stats(group=None, reset: bool = False) -> dict:
     refreshes, so its size class's other prices moved with it and every candidate ran once
     again), codec_choices and algorithm_choices (counts per codec / dense algorithm chosen),
     way_choices (counts per way: ``q4/sra``, ``none/tree``, or a dense algorithm), params
-    (the agreed alpha_s, call_s, launch_s -- a kernel's cost beyond its bytes --, link_gbit,
+    (the agreed alpha_s, call_s, launch_s -- a kernel's cost beyond its bytes --, link_gbit, window_gbit
+    -- what one peer's connections carry where their windows bound them, 0 when none does --,
     reduce and codec speeds, codec_scale) and last (the last
     call's bytes, choice, way -- the choice with its algorithm, e.g. ``q4/sra`` --, tried --
     whether it ran the way to measure it rather than for its price --, segment_elems -- SRA's

@@ -291,3 +291,32 @@ def test_sra_runs_its_reductions_behind_its_sends_on_a_long_link():
     assert C.sra_lag("q4", MIB, 4, far, GBIT, SPEED) == 1  # one segment
     near = C.predict("q4", "sra", 256 * MIB, 4, 1e-4, GBIT, 1 / 4e9, SPEED)  # lag of one step: a round a segment
     assert near["messages"] > near["segments"]
+
+
+def test_a_connections_window_holds_a_peer_at_a_time_to_it_and_n_minus_1_peers_to_n_minus_1():
+    """Over a long link TCP keeps at most its buffers' worth in flight per connection and round trip
+    (Link::inv_window: round trip / bytes in flight). A rank streaming to one peer at a time (the
+    ring) gets one window a round trip; SRA and the direct exchange stream to n-1 peers, n-1
+    windows. So where one window carries less than the link, auto leaves the ring, and such a
+    call teaches nothing about the link's rate."""
+    n, far = 4, 0.05
+    window = 0.1 / 5.9e6  # RTT 100 ms, 5.9 MB in flight: 0.47 Gbit/s a connection
+    ring = C.predict_dense("ring", 64 * MIB, n, alpha=far, inv_bw=GBIT, inv_window=window)
+    assert ring["window_bound"] and ring["wire"] == pytest.approx(ring["wire_bytes"] * window)
+    sra = C.predict_dense("sra", 64 * MIB, n, alpha=far, inv_bw=GBIT, inv_window=window)
+    assert not sra["window_bound"] and sra["wire"] == pytest.approx(sra["wire_bytes"] * GBIT)
+    assert sra["peers"] == n - 1 and ring["peers"] == 1
+    # without the window the ring's bytes cost what SRA's do
+    plain = C.predict_dense("ring", 64 * MIB, n, alpha=far, inv_bw=GBIT)
+    assert plain["wire"] == pytest.approx(sra["wire"]) and not plain["window_bound"]
+    # a short alpha, where rounds cost little: the window alone moves auto off the ring
+    assert C.best_dense(64 * MIB, n, alpha=1e-4, inv_bw=GBIT) == "ring"
+    assert C.best_dense(64 * MIB, n, alpha=1e-4, inv_bw=GBIT, inv_window=window) != "ring"
+    # compressed: the ring's hops one peer at a time, SRA's n-1
+    q4_ring = C.predict("q4", "ring", 64 * MIB, n, far, GBIT, 1 / 4e9, SPEED, inv_window=window)
+    q4_sra = C.predict("q4", "sra", 64 * MIB, n, far, GBIT, 1 / 4e9, SPEED, inv_window=window)
+    assert q4_ring["window_bound"] and not q4_sra["window_bound"]
+    # a window-bound call's time says how fast a window crosses, not the link: no sample
+    slow = ring["total"] * 1.1
+    assert C.link_sample_dense("ring", 64 * MIB, n, far, GBIT, 0.0, slow, inv_window=window) is None
+    assert C.link_sample_dense("ring", 64 * MIB, n, far, GBIT, 0.0, slow) is not None

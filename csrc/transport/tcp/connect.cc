@@ -73,16 +73,25 @@ long read_long(const char* path, int field) {
 // A socket asks for the largest buffer the kernel grants one that asks (net.core.*mem_max,
 // doubled by the kernel) where that is more than what autotuning would reach
 // (net.ipv4.tcp_*mem's maximum): on a long link the send buffer bounds the bytes in flight.
+struct BufferLimits {
+  long asked, autotuned;  // what a socket asks for (the kernel doubles it), autotuning's maximum
+  long ceiling() const { return std::max(2 * asked, autotuned); }
+  bool ask() const { return 2 * asked > autotuned; }
+};
+BufferLimits send_limits() {
+  return {read_long("/proc/sys/net/core/wmem_max", 0), read_long("/proc/sys/net/ipv4/tcp_wmem", 2)};
+}
+BufferLimits receive_limits() {
+  return {read_long("/proc/sys/net/core/rmem_max", 0), read_long("/proc/sys/net/ipv4/tcp_rmem", 2)};
+}
+// TCP's payload in the bytes its buffers account for (Connected::window_bytes).
+constexpr double kPayloadShare = 0.7;
+
 void size_buffers(int fd) {
-  const long wmax = read_long("/proc/sys/net/core/wmem_max", 0);
-  const long rmax = read_long("/proc/sys/net/core/rmem_max", 0);
-  if (2 * wmax > read_long("/proc/sys/net/ipv4/tcp_wmem", 2)) {
-    int v = static_cast<int>(wmax);
-    ::setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &v, sizeof v);
-  }
-  if (2 * rmax > read_long("/proc/sys/net/ipv4/tcp_rmem", 2)) {
-    int v = static_cast<int>(rmax);
-    ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &v, sizeof v);
+  for (const auto& [limits, option] : {std::pair{send_limits(), SO_SNDBUF}, std::pair{receive_limits(), SO_RCVBUF}}) {
+    if (!limits.ask()) continue;
+    int v = static_cast<int>(limits.asked);
+    ::setsockopt(fd, SOL_SOCKET, option, &v, sizeof v);
   }
 }
 
@@ -358,6 +367,7 @@ Connected connect_all(int rank, int size, int connections, const std::string& ad
     if (!why.empty()) fail(rank, "a peer's greeting failed: " + why);
     place(hello, fd);
   }
+  out.window_bytes = kPayloadShare * static_cast<double>(std::min(send_limits().ceiling(), receive_limits().ceiling()));
   // The sockets stay non-blocking (the engine's mode); only the listener goes.
   fds.release();
   ::close(listener);

@@ -26,7 +26,7 @@ class TcpRequest final : public Request {
 
 class TcpTransport final : public Transport {
  public:
-  explicit TcpTransport(std::shared_ptr<Engine> e) : e_(std::move(e)) {}
+  TcpTransport(std::shared_ptr<Engine> e, double window) : e_(std::move(e)), window_(window) {}
   ~TcpTransport() override { e_->close(); }
   int rank() const override { return e_->rank(); }
   int size() const override { return e_->size(); }
@@ -47,10 +47,16 @@ class TcpTransport final : public Transport {
   void close() override { e_->close(); }
   double round_trip() const override { return e_->min_round_trip(); }
   int connections(int peer) const override { return static_cast<int>(e_->pool(peer)); }
+  double window_bytes() const override {
+    double least = 0;
+    for (int p = 0; p < size(); ++p)
+      if (p != rank() && (least == 0 || e_->pool(p) * window_ < least)) least = e_->pool(p) * window_;
+    return least;
+  }
 
  private:
-
   std::shared_ptr<Engine> e_;
+  double window_;  // one connection's (tcp::Connected::window_bytes)
 };
 
 }  // namespace
@@ -65,8 +71,8 @@ std::unique_ptr<Transport> make_tcp_transport(const c10::intrusive_ptr<c10d::Sto
         return std::string(v.begin(), v.end());
       }};
   auto c = tcp::connect_all(rank, size, options.connections, options.address, meeting, timeout);
-  return std::make_unique<TcpTransport>(
-      std::make_shared<Engine>(rank, size, std::move(c.sockets), std::move(c.processes)));
+  return std::make_unique<TcpTransport>(std::make_shared<Engine>(rank, size, std::move(c.sockets), std::move(c.processes)),
+                                        c.window_bytes);
 }
 
 }  // namespace ringzip
