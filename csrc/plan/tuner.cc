@@ -295,7 +295,13 @@ void Tuner::agree(Comm& c, const std::vector<CodecCandidate>* candidates) {
   ++refreshes_;
   known_ = true;
   auto agreed_or = [](double x, double before) { return std::isnan(x) ? before : x; };  // none measured: as before
-  link_ = cost::Link{agreed_or(v[0], link_.alpha), agreed_or(v[1], link_.inv_bw), v[2], agreed_or(v[5], link_.inv_host),
+  // No rank has measured the link's rate yet (a long link's probe times none): until a call
+  // teaches it, the rate one peer's connections carry (the agreed window) stands for it. The
+  // model's default rate, 8 Gbit/s, put SRA's reductions all behind its sends there
+  // (cost::sra_lag), which left q4's codec unhidden (64 MiB at RTT 100 ms 1.27x slower).
+  const double rate_before = v[kWindow] > 0 && !rate_agreed_ ? v[kWindow] : link_.inv_bw;
+  rate_agreed_ = rate_agreed_ || !std::isnan(v[1]);
+  link_ = cost::Link{agreed_or(v[0], link_.alpha), agreed_or(v[1], rate_before), v[2], agreed_or(v[5], link_.inv_host),
                      v[kCall], v[kLaunch], v[kWindow]};
   codec_scale_agreed_ = v[3];
   refresh_seconds_ = v[6];
@@ -503,7 +509,7 @@ void Tuner::seed(const Figures& f) {
   push(inv_host_, f.link.inv_host);
   push(codec_scale_, f.codec_scale);
   if (f.link.call > 0) keep_last(call_, f.link.call, kTimes);
-  probed_ = known_ = true;
+  probed_ = known_ = rate_agreed_ = true;
 }
 
 void Tuner::inject(std::optional<std::pair<double, double>> link) {
