@@ -131,36 +131,6 @@ double gather_step(Comm& c, uint8_t* out, uint8_t* in, size_t bytes, uint32_t st
   return since(t0);
 }
 
-// Whether every rank's connections have a long round trip (Transport::kLongRoundTrip): rank 0
-// gathers each rank's word and answers all with their conjunction, so every rank probes alike.
-bool every_link_long(Comm& c, uint8_t* out, uint8_t* in) {
-  const int n = c.size();
-  uint64_t long_here = c.net.round_trip() >= Transport::kLongRoundTrip ? 1 : 0, word = 0;
-  const char* what = "auto-tuning probe: round trips";
-  if (c.rank() == 0) {
-    std::vector<std::unique_ptr<Request>> q;
-    for (int j = 1; j < n; ++j) q.push_back(c.post_recv(in + (j - 1) * 8, 8, j, c.tag(kProbeStep + 12)));
-    for (int j = 1; j < n; ++j) c.wait(*q[j - 1], j, what);
-    for (int j = 1; j < n; ++j) {
-      c.dev.to_host(&word, in + (j - 1) * 8, 8);
-      long_here = long_here && word == 1;
-    }
-    c.dev.to_device(out, &long_here, 8);
-    q.clear();
-    for (int j = 1; j < n; ++j) q.push_back(c.post_send(out, 8, j, c.tag(kProbeStep + 28)));
-    for (int j = 1; j < n; ++j) c.wait(*q[j - 1], j, what);
-  } else {
-    c.dev.to_device(out, &long_here, 8);
-    auto sq = c.post_send(out, 8, 0, c.tag(kProbeStep + 12));
-    auto rq = c.post_recv(in, 8, 0, c.tag(kProbeStep + 28));
-    c.wait(*rq, 0, what);
-    c.wait(*sq, 0, what);
-    c.dev.to_host(&long_here, in, 8);
-  }
-  c.dev.sync();
-  return long_here == 1;
-}
-
 // Link::inv_window as this rank's transport has it: a round trip per window of bytes to a peer.
 // Only a long link's: below Transport::kLongRoundTrip a window carries more than any link here.
 double window_seconds_per_byte(Comm& c) {
@@ -175,15 +145,6 @@ void Tuner::probe(Comm& c) {
   const std::shared_ptr<uint8_t> out_buf = c.dev.alloc(kProbeBytes), in_buf = c.dev.alloc(kProbeBytes * (n - 1));
   c.dev.zero(out_buf.get(), kProbeBytes);
   uint8_t *out = out_buf.get(), *in = in_buf.get();
-  // On a long link every timed round below would time mostly its delay and a new connection's
-  // slow start (the first call of a group 20x its steady state at 1 MiB and RTT 100 ms): the
-  // kernel's round trip gives alpha, and the first calls that move a megabyte teach the rates
-  // (cost::link_sample); until then the model's default rate stands, under which the fewest
-  // rounds win there anyway.
-  if (every_link_long(c, out, in)) {
-    probe_alpha_ = c.net.round_trip() / 2;
-    return;
-  }
   ring_step(c, out, in, 8, kProbeStep);  // lines the ranks up: the timed rounds start together
   std::deque<double> small, big, gather_small, gather_big;
   for (uint32_t i = 1; i <= 3; ++i) small.push_back(ring_step(c, out, in, 8, kProbeStep + i));
@@ -295,13 +256,7 @@ void Tuner::agree(Comm& c, const std::vector<CodecCandidate>* candidates) {
   ++refreshes_;
   known_ = true;
   auto agreed_or = [](double x, double before) { return std::isnan(x) ? before : x; };  // none measured: as before
-  // No rank has measured the link's rate yet (a long link's probe times none): until a call
-  // teaches it, the rate one peer's connections carry (the agreed window) stands for it. The
-  // model's default rate, 8 Gbit/s, put SRA's reductions all behind its sends there
-  // (cost::sra_lag), which left q4's codec unhidden (64 MiB at RTT 100 ms 1.27x slower).
-  const double rate_before = v[kWindow] > 0 && !rate_agreed_ ? v[kWindow] : link_.inv_bw;
-  rate_agreed_ = rate_agreed_ || !std::isnan(v[1]);
-  link_ = cost::Link{agreed_or(v[0], link_.alpha), agreed_or(v[1], rate_before), v[2], agreed_or(v[5], link_.inv_host),
+  link_ = cost::Link{agreed_or(v[0], link_.alpha), agreed_or(v[1], link_.inv_bw), v[2], agreed_or(v[5], link_.inv_host),
                      v[kCall], v[kLaunch], v[kWindow]};
   codec_scale_agreed_ = v[3];
   refresh_seconds_ = v[6];
@@ -509,7 +464,7 @@ void Tuner::seed(const Figures& f) {
   push(inv_host_, f.link.inv_host);
   push(codec_scale_, f.codec_scale);
   if (f.link.call > 0) keep_last(call_, f.link.call, kTimes);
-  probed_ = known_ = rate_agreed_ = true;
+  probed_ = known_ = true;
 }
 
 void Tuner::inject(std::optional<std::pair<double, double>> link) {

@@ -196,7 +196,6 @@ class Tuner {
   // Local (this rank's) samples, the last few of each: their least (link figures) or median
   // (a way's times, way_price) is what this rank offers.
   std::deque<double> inv_bw_, inv_host_, codec_scale_;
-  bool rate_agreed_ = false;  // some rank offered a measured link rate at an agreement (or a seed)
   double probe_alpha_ = 0;                             // the probe's per-message time (0: none yet, the default's)
   std::deque<double> call_;                            // the per-call cost's samples (learn), their median offered
   std::map<std::string, std::deque<double>> seconds_;  // per calibration key
