@@ -55,13 +55,12 @@ void bind_options(py::module_& m) {
                      "(CUDA tensors host-staged). ``gloo``: all traffic through torch's Gloo (CUDA tensors "
                      "host-staged). Fixed when the group is created.")
       .def_readwrite("connections", &GroupOptions::connections,
-                     "TCP connections to each peer (CPU traffic between machines). 0 (default): each pair of "
-                     "ranks chooses when the group is created, from the round trip of its first connection's "
-                     "handshake: 2 connections from 5 ms (a long link, where one connection's send buffer per "
-                     "round trip is the limit), 1 below; the Gloo transport keeps 1. N: N to every peer. A "
-                     "collective's message of at least 1 MiB travels striped over a peer's connections. Rank "
-                     "0's value holds for the whole group (fixed at creation); ``backend.connections`` says "
-                     "what each peer got.")
+                     "TCP connections to each peer (CPU traffic between machines; default 1). A collective's "
+                     "message of at least 1 MiB travels striped over a peer's connections, so that a long link is "
+                     "not held to one connection's send buffer per round trip. 0: each pair of ranks chooses when "
+                     "the group is created, from the round trip of its first connection's handshake: 2 "
+                     "connections from 5 ms, 1 below (the Gloo transport keeps 1). Rank 0's value holds for the "
+                     "whole group (fixed at creation); ``backend.connections`` says what each peer got.")
       .def_readwrite("hierarchy", &GroupOptions::hierarchy,
                      "``auto`` (node-aware when every node holds the same number of ranks, more than one node and more "
                      "than one rank per node), ``node`` (the same, with a warning and flat calls when the layout does "

@@ -319,5 +319,7 @@ def test_a_sweeps_pool_is_what_its_ranks_got_else_what_its_command_asked():
            "argv": ["collective", "--ropt", "connections=4"]}
     assert S._connections(got) == 2  # noqa: SLF001 - what the ranks reported wins over the command
     assert S._connections({"argv": ["collective", "--ropt", "codec=q4", "--ropt", "connections=3"]}) == 3  # noqa: SLF001
-    assert S._connections({"argv": ["collective", "--ropt", "connections=0"]}) == 1  # noqa: SLF001
+    chosen = {"argv": ["collective", "--ropt", "connections=0"]}  # each pair by its round trip
+    assert S._connections(dict(chosen, delay_ms=50.0)) == 2  # noqa: SLF001
+    assert S._connections(dict(chosen, delay_ms=1.0)) == 1  # noqa: SLF001
     assert S._connections({"topology": {"x": {"layout": "flat"}}}) == 1  # noqa: SLF001 - recorded before

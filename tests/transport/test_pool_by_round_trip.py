@@ -1,4 +1,4 @@
-"""The default pool (Options.connections=0): each pair of ranks opens as many TCP connections as
+"""The pool chosen per pair (Options.connections=0): each pair of ranks opens as many TCP connections as
 its round trip asks for -- 2 across the user-space wide-area link with a 10 ms round trip, 1
 where there is no delay -- both ends agree, and a collective striped over the pool is right.
 Two emulated machines with 2 ranks each (ringzip.bench.netem), the ranks of a machine on shared
@@ -61,7 +61,7 @@ def _run(delay_s: float, tag: str) -> list[dict]:
             for r in range(n):
                 procs.append(subprocess.Popen(net.exec_prefix(r) + [sys.executable, "-c", _RANK, net.addr(0), str(r), str(n)],
                                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                              env=dict(env, GLOO_SOCKET_IFNAME=net.ifname(r))))
+                                              env=dict(env, GLOO_SOCKET_IFNAME=net.ifname(r), RINGZIP_CONNECTIONS="0")))
             outs = []
             for p in procs:
                 try:

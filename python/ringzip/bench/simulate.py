@@ -373,7 +373,8 @@ def long_link(header: dict, links: Links) -> Links:
 def _connections(header: dict) -> int:
     """The connections per peer the sweep's ranks got (its topology's, where the build records
     them: the most to any peer), else Options(connections=...) of its command (--ropt
-    KEY=VALUE), else 1 (the builds that did not record them had one by default)."""
+    KEY=VALUE; 0: two where the round trip is 5 ms or more, as each pair of ranks chooses), else 1
+    (the default, and what the builds that did not record them had)."""
     from .common import parse_key_values
 
     got = [c for topo in (header.get("topology") or {}).values() for c in topo.get("connections") or []]
@@ -381,7 +382,8 @@ def _connections(header: dict) -> int:
         return max(got)
     argv = header.get("argv") or []
     ropt = [value for flag, value in zip(argv, argv[1:]) if flag == "--ropt"]
-    return int(parse_key_values(ropt).get("connections", 1)) or 1
+    asked = int(parse_key_values(ropt).get("connections", 1))
+    return asked or (2 if 2 * header.get("delay_ms", 0.0) >= 5.0 else 1)
 
 
 def _median(xs):
