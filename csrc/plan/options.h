@@ -24,8 +24,8 @@ constexpr int64_t kMinNumel = 65536;
 // round trip (4 MiB by default: ~330 Mbit/s at 100 ms). 0 lets each pair of ranks choose by its
 // round trip when the group is created: 2 from 5 ms, 1 below (transport/tcp/connect.h; the Gloo
 // transport then keeps 1). One by default: over emulated 100 ms links two made a named exact
-// SRA 0.80x the time, but the default command no faster and 1 MiB calls 1.2x slower (their
-// messages cut in two over fresh connections; docs/performance.md).
+// SRA 0.80x the time, but the default command no faster and 1 MiB calls 1.2-1.4x slower
+// (docs/performance.md, "Two connections where the round trip asks").
 constexpr int64_t kConnections = 1, kMaxConnections = 64;
 
 struct GroupOptions {
