@@ -164,9 +164,12 @@ def test_sigkill_mid_allreduce_every_codec(layout):
     record("shm_sigkill", layout=layout, timeout_s=KILL_TIMEOUT.total_seconds(),
            detect_s={c: [o[c]["at"] - o[c]["killed"] for o in out] for c in CODECS})
     for codec in CODECS:
-        # The death interrupts a call: some survivor was inside it (one that needed the victim's
-        # data); none completes more than the call it was in.
-        assert any(o[codec]["calls_after_kill"] == 0 for o in out), (codec, [o[codec] for o in out])
+        # The death interrupts a call -- some survivor was inside it (one that needed the victim's
+        # data) -- or falls between two: a short call (random-k's few values) whose every byte the
+        # victim had sent completes on every survivor, and all fail the next one (seen once in CI).
+        # None completes more than one call after it.
+        inside = any(o[codec]["calls_after_kill"] == 0 for o in out)
+        assert inside or len({o[codec]["seq"] for o in out}) == 1, (codec, [o[codec] for o in out])
         for o in out:
             r = o[codec]
             assert r["type"] == "DistBackendError", (codec, r)
