@@ -77,10 +77,12 @@ def _check(rows, codes, errs, victim_fault):
         assert codes[i] == 0, (i, codes[i], errs[i])
         mine = [r for r in rows if r["replica"] == i and "step" in r]
         hit = next(k for k, r in enumerate(mine) if r["ended"] >= at)  # the step the fault met
-        assert mine[hit]["step"] == AT, (i, mine[hit])
+        # ... or the one after it, where the victim acted only once this survivor's step AT had
+        # ended (the victim, slow inside that step, was still finishing it: seen once in CI).
+        assert mine[hit]["step"] in (AT, AT + 1), (i, mine[hit])
         took[i] = round(mine[hit]["ended"] - at, 2)
         assert took[i] <= TIMEOUT_S + SLACK_S, f"replica {i}: its step ended {took[i]} s after the fault"
-        if mine[hit]["committed"]:
+        if next(r for r in mine if r["step"] == AT)["committed"]:
             # The victim died after its last byte was out (it started the step late and finished it
             # within the delay, or it waited on its last receive): nothing of the step was lost, so
             # it may commit -- on every survivor alike, with one result (checked below).
