@@ -1,13 +1,17 @@
 """One torchft replica for the fault tests: ``python -m tests.torchft.replica OUT LIGHTHOUSE ID
 STEPS NUMEL FAULT``. Each step: quorum, a compressed all-reduce (q4, error feedback) of NUMEL
 floats through torchft's Manager, should_commit. One JSON line per step into OUT: the step, whether
-it committed, when the all-reduce began and ended (time.time()), the result's digest.
+it committed, when the all-reduce began and ended (time.time()), the result's digest and its
+projection on the input over the input's square (every replica's input is the same and rounding
+is unbiased, so the mean of their compressed copies projects to about 1; a lost contribution
+would leave 2/3 or less).
 
 Steps are torchft's (a replica that joins late is healed to the others' step); it runs until
-step STEPS. FAULT ``none``, or ``WHAT@STEP``: at that step, a third as far into its all-reduce as
-the quickest one took, this replica
+step STEPS. FAULT ``none``, or ``WHAT@STEP``: once, at that step or the first after it (a replica
+healed late may skip it), a third as far into its all-reduce as the quickest one took, this replica
 ``kill``s itself (SIGKILL), ``stop``s itself (SIGSTOP: the test kills it later), or with
-``killhost`` does so only if it hosts the quorum's store. It writes the moment into OUT first.
+``killhost`` does so only if it hosts the quorum's store. It writes the moment and the step into
+OUT first.
 """
 from __future__ import annotations
 
@@ -58,7 +62,7 @@ def main(out, lighthouse, me, steps, numel, fault):
         manager.start_quorum()
         step = manager.current_step()  # torchft's: a replica that joins late is healed to it
         x.copy_(torch.randn(numel, generator=torch.Generator().manual_seed(step)))
-        if step == at:
+        if 0 <= at <= step:
             hosts = configured and configured[-1].startswith(f"127.0.0.1:{store.port}/")
             faulted = any('"fault"' in line for line in open(out))  # once: the retried step goes on
             if (what != "killhost" or hosts) and not faulted:
@@ -66,18 +70,20 @@ def main(out, lighthouse, me, steps, numel, fault):
 
                 def fault_now(delay=fastest / 3):  # a third of the way through
                     time.sleep(delay)
-                    write({"fault": what, "at": time.time()})
+                    write({"fault": what, "at": time.time(), "in_step": step})
                     os.kill(os.getpid(), sig)
 
                 threading.Thread(target=fault_now, daemon=True).start()
         began = time.time()
+        inp = x.clone()
         manager.allreduce(x).wait()
         ended = time.time()
         fastest = min(fastest, ended - began)
         committed = manager.should_commit()
         write({"step": step, "committed": committed, "began": began, "ended": ended,
                "participants": manager.num_participants(),
-               "digest": hashlib.sha256(x.numpy().tobytes()).hexdigest()[:16]})
+               "digest": hashlib.sha256(x.numpy().tobytes()).hexdigest()[:16],
+               "scale": float(x.dot(inp) / inp.dot(inp))})
     manager.shutdown(wait=False)
 
 

@@ -1,9 +1,10 @@
 """Faults the torchft way, with ringzip as torchft's process group: three replicas run a 64 MiB q4
 all-reduce per step through torchft's Manager while one of them is SIGKILLed inside it, is
 SIGSTOPped inside it, or is the one that hosts the quorum's store and is killed. Every survivor's
-step fails (not committed) within the group's timeout and a few seconds -- or, where the victim
-died after its last byte was out, commits on every survivor alike -- a later step commits on
-every survivor with the same result, nothing hangs, and /dev/shm keeps no segment of theirs."""
+step fails (not committed) within the group's timeout and a few seconds -- or, on a survivor that
+had every byte it needed from the victim before it died, commits with the whole result -- a later
+step commits on every survivor with the same result, nothing hangs, and /dev/shm keeps no segment
+of theirs."""
 from __future__ import annotations
 
 import json
@@ -24,6 +25,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 NUMEL = 16 << 20  # 64 MiB of float32
 STEPS, AT = 5, 2
 SLACK_S = 3.0  # beyond the group's timeout: detection, the abort, a loaded 2-core machine
+WHOLE = 0.05  # a committed result's projection on the input is within this of 1 (a lost part: <= 2/3)
 
 
 def _run(tmp_path, fault_of):
@@ -70,26 +72,27 @@ def _check(rows, codes, errs, victim_fault):
     """The seconds from the fault to each survivor's failed step's end."""
     faults = [r for r in rows if r.get("fault") == victim_fault]
     assert len(faults) == 1, (faults, errs)
-    victim, at = faults[0]["replica"], faults[0]["at"]
+    victim, at, step = faults[0]["replica"], faults[0]["at"], faults[0]["in_step"]
     survivors = [i for i in range(3) if i != victim]
-    took, late_fault = {}, []
+    took = {}
     for i in survivors:
         assert codes[i] == 0, (i, codes[i], errs[i])
         mine = [r for r in rows if r["replica"] == i and "step" in r]
         hit = next(k for k, r in enumerate(mine) if r["ended"] >= at)  # the step the fault met
-        # ... or the one after it, where the victim acted only once this survivor's step AT had
-        # ended (the victim, slow inside that step, was still finishing it: seen once in CI).
-        assert mine[hit]["step"] in (AT, AT + 1), (i, mine[hit])
+        # ... or the one after it, where the victim acted only once this survivor's step had ended
+        # (the victim, slow inside that step, was still finishing it: seen once in CI).
+        assert mine[hit]["step"] in (step, step + 1), (i, mine[hit])
         took[i] = round(mine[hit]["ended"] - at, 2)
         assert took[i] <= TIMEOUT_S + SLACK_S, f"replica {i}: its step ended {took[i]} s after the fault"
-        if next(r for r in mine if r["step"] == AT)["committed"]:
-            # The victim died after its last byte was out (it started the step late and finished it
-            # within the delay, or it waited on its last receive): nothing of the step was lost, so
-            # it may commit -- on every survivor alike, with one result (checked below).
-            late_fault.append(i)
+        # The victim's step may still commit on a survivor that had every byte it needed from the
+        # victim before it died (e.g. in a ring's last step, whose bytes to the victim failed on the
+        # other survivor only): torchft commits per replica and heals the one left behind.
+        # Whatever committed holds every contribution (below).
         later = [r for r in mine[hit + 1:] if r["committed"]]
         assert later and later[-1]["step"] == STEPS - 1, (i, mine[hit:])
-    assert late_fault in ([], survivors), f"step {AT} committed on replicas {late_fault} only"
+    for r in rows:
+        if r.get("committed") and r["replica"] in survivors:
+            assert abs(r["scale"] - 1) < WHOLE, r
     for s in range(AT, STEPS):  # the survivors agree on every committed step
         assert len({r["digest"] for r in rows if r.get("step") == s and r.get("committed")
                     and r["replica"] in survivors}) <= 1, s
