@@ -2,7 +2,8 @@
 its round trip asks for -- 2 across the user-space wide-area link with a 10 ms round trip, 1
 where there is no delay -- both ends agree, and a collective striped over the pool is right.
 Two emulated machines with 2 ranks each (ringzip.bench.netem), the ranks of a machine on shared
-memory. Needs root, iproute2 and /dev/net/tun (skipped otherwise); hard timeout; the namespaces
+memory. And the cost model's probe over such a link (one rank a machine): it takes no host
+figure from rounds that time the connections' windows opening, only where the round trip is long. Needs root, iproute2 and /dev/net/tun (skipped otherwise); hard timeout; the namespaces
 go away whatever happens."""
 from __future__ import annotations
 
@@ -33,7 +34,9 @@ base = torch.arange(1 << 20, dtype=torch.float32)  # 4 MiB: striped over a pool 
 x = base + rank
 dist.all_reduce(x)
 ok = torch.equal(x, base * n + n * (n - 1) // 2)
-print(json.dumps({"rank": rank, "connections": backend.connections, "transport": backend.transport, "ok": ok}))
+params = (ringzip.stats(dist.group.WORLD).get("auto") or {}).get("params")
+print(json.dumps({"rank": rank, "connections": backend.connections, "transport": backend.transport, "ok": ok,
+                  "params": params}))
 dist.destroy_process_group()
 """
 
@@ -49,10 +52,10 @@ def _need_tun():
         pytest.skip(str(e))
 
 
-def _run(delay_s: float, tag: str) -> list[dict]:
+def _run(delay_s: float, tag: str, per_node: int = PER_NODE) -> list[dict]:
     prefix = f"rzp{os.getpid() % 10000}{tag}-"
-    n = NODES * PER_NODE
-    net = netem.NetEnv(n, None, delay_s, prefix=prefix, ranks_per_node=PER_NODE, link="tun")
+    n = NODES * per_node
+    net = netem.NetEnv(n, None, delay_s, prefix=prefix, ranks_per_node=per_node, link="tun")
     env = dict(os.environ, OMP_NUM_THREADS="1",
                PYTHONPATH=os.pathsep.join([PYDIR] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
     procs = []
@@ -90,3 +93,16 @@ def test_each_pair_opens_the_pool_its_round_trip_asks_for(delay_s, across):
         want = [0 if p == r else 1 if p // PER_NODE == node else across for p in range(NODES * PER_NODE)]
         assert row["connections"] == want, rows
         assert row["ok"] and row["transport"] == "shm+tcp", rows
+
+
+@pytest.mark.parametrize("delay_s", [0.0, 0.005], ids=["no-delay", "rtt-10ms"])
+def test_the_probe_over_a_long_link_takes_no_host_figure(delay_s):
+    _need_tun()
+    rows = _run(delay_s, "c" if delay_s else "d", per_node=1)
+    assert all(row["ok"] and row["transport"] == "tcp" for row in rows), rows
+    params = [row["params"] for row in rows]
+    assert params[0] and params[0] == params[1], params  # agreed
+    assert params[0]["link_gbit"] > 0, params
+    long_link = params[0]["alpha_s"] >= 0.004  # half the round trip the kernel measured
+    assert long_link == (delay_s > 0), params
+    assert (params[0]["host_gbit"] == 0) == long_link, params
