@@ -52,6 +52,7 @@ void RingzipBackend::configure(const GroupOptions& o) {
   std::lock_guard<std::mutex> lock(configure_mu_);  // the planner's settings and check_ change together
   planner_.configure(s);
   check_ = s.check;
+  net_->pace(o.link_gbit * 1e9);
   // What a tuner's first call would otherwise wait for: the host kernels' speeds (once per
   // process; ~120 ms for codec="auto"'s four codecs, twice that where ranks share cores), now
   // measured in the background, behind the job's own setup before that call. Only for a group

@@ -1,3 +1,4 @@
+#include <cmath>
 #include "plan/options.h"
 
 #include <stdexcept>
@@ -53,6 +54,9 @@ Settings parse(const GroupOptions& o) {
     if (v < least)
       throw std::invalid_argument(std::string(name) + " must be >= " + std::to_string(least) + ", got " +
                                   std::to_string(v));
+  if (!(o.link_gbit >= 0) || !std::isfinite(o.link_gbit))
+    throw std::invalid_argument("link_gbit must be 0 (not known) or a link's rate in Gbit/s, got " +
+                                std::to_string(o.link_gbit));
   if (o.connections < 0 || o.connections > kMaxConnections)
     throw std::invalid_argument("connections must be 0 (chosen per peer) or in 1.." + std::to_string(kMaxConnections) + ", got " +
                                 std::to_string(o.connections));

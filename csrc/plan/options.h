@@ -27,6 +27,12 @@ constexpr int64_t kMinNumel = 65536;
 // SRA 0.80x the time, but the default command no faster and 1 MiB calls 1.2-1.4x slower
 // (docs/performance.md, "Two connections where the round trip asks").
 constexpr int64_t kConnections = 1, kMaxConnections = 64;
+// Options.link_gbit: each rank paces its TCP connections to this share of the rate given, so
+// that the n-1 streams converging on every machine (SRA, the direct exchange, the compressed
+// calls) fit its link without overflowing its queue; the rest leaves the link room for the
+// acknowledgements of the other direction and the queue room to drain (docs/design.md,
+// "Filling a long link").
+constexpr double kPaceShare = 0.95;
 
 struct GroupOptions {
   std::optional<std::chrono::milliseconds> timeout;  // none: the group's
@@ -40,6 +46,7 @@ struct GroupOptions {
   uint64_t seed = 0;
   std::string transport = "auto";  // read where the group is built (python/ringzip/_registry.py)
   int64_t connections = kConnections;  // so is this
+  double link_gbit = 0;                // each machine's link to the others, Gbit/s; 0: not known (unpaced)
   std::string hierarchy = "auto";
   std::string check = "auto";
 };

@@ -147,11 +147,13 @@ double gather_step(Comm& c, uint8_t* out, uint8_t* in, size_t bytes, uint32_t st
   return since(t0);
 }
 
-// Link::inv_window as this rank's transport has it: a round trip per window of bytes to a peer.
-// Only a long link's: below Transport::kLongRoundTrip a window carries more than any link here.
+// Link::inv_window as this rank's transport has it: a round trip per window of bytes to a peer
+// (only a long link's: below Transport::kLongRoundTrip a window carries more than any link
+// here), or the peer's share of a paced link (Options.link_gbit), whichever is slower.
 double window_seconds_per_byte(Comm& c) {
-  const double rtt = c.net.round_trip(), window = c.net.window_bytes();
-  return rtt >= Transport::kLongRoundTrip && window > 0 ? rtt / window : 0.0;
+  const double rtt = c.net.round_trip(), window = c.net.window_bytes(), paced = c.net.peer_rate();
+  const double by_window = rtt >= Transport::kLongRoundTrip && window > 0 ? rtt / window : 0.0;
+  return std::max(by_window, paced > 0 ? 1.0 / paced : 0.0);
 }
 
 }  // namespace
@@ -174,10 +176,17 @@ void Tuner::probe(Comm& c) {
   // direct exchange's 3 MiB at 1 MiB above SRA's two rounds), and the direct exchange's first
   // calls took 1.45x its later ones. There one untimed exchange between every pair opens them all.
   const bool long_link = c.net.round_trip() >= Transport::kLongRoundTrip;
-  if (long_link) exchange_step(c, out, in, kProbeBytes, kProbeStep + 12);
-  if (long_link) gather_step(c, out, in, kProbeBytes, kProbeStep + 13);
-  for (uint32_t i = 8; i <= 9; ++i) gather_small.push_back(gather_step(c, out, in, 8, kProbeStep + i));
-  for (uint32_t i = 10; i <= 11; ++i) gather_big.push_back(gather_step(c, out, in, kProbeBytes, kProbeStep + i));
+  // A link whose rate the user gave (Options.link_gbit: the connections are paced to it) needs
+  // no gathers: its rate is what this rank may send to all its peers at once.
+  const double paced = c.net.peer_rate() * (n - 1);
+  if (paced > 0) {
+    push(inv_bw_, 1.0 / paced);
+  } else {
+    if (long_link) exchange_step(c, out, in, kProbeBytes, kProbeStep + 12);
+    if (long_link) gather_step(c, out, in, kProbeBytes, kProbeStep + 13);
+    for (uint32_t i = 8; i <= 9; ++i) gather_small.push_back(gather_step(c, out, in, 8, kProbeStep + i));
+    for (uint32_t i = 10; i <= 11; ++i) gather_big.push_back(gather_step(c, out, in, kProbeBytes, kProbeStep + i));
+  }
   // Where sends are eager a rank that entered a round late finds its message there already, so
   // these rounds time the hosts' cost, not the link's delay: the transport's measured round trip
   // supplies that (half of it per message).
@@ -189,7 +198,7 @@ void Tuner::probe(Comm& c) {
   // 3 MiB above SRA's two rounds; docs/algorithms.md, "On a long link"). There they teach no
   // host figure; the calls do, where the hosts' copies bound them (cost::link_sample).
   if (!long_link) push(inv_host_, (least(big, 0) - least(small, 0)) / kProbeBytes);
-  push(inv_bw_, (least(gather_big, 0) - least(gather_small, 0)) / (static_cast<double>(n - 1) * kProbeBytes));
+  if (paced <= 0) push(inv_bw_, (least(gather_big, 0) - least(gather_small, 0)) / (static_cast<double>(n - 1) * kProbeBytes));
 }
 
 void Tuner::agree(Comm& c, const std::vector<CodecCandidate>* candidates) {

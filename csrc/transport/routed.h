@@ -29,6 +29,8 @@ class RoutedTransport final : public Transport {
   void abort() override;
   double round_trip() const override { return wide_->round_trip(); }
   double window_bytes() const override { return wide_->window_bytes(); }
+  void pace(double bits_per_s) override { wide_->pace(bits_per_s); }
+  double peer_rate() const override { return wide_->peer_rate(); }
   int connections(int peer) const override {
     return index_.at(peer) >= 0 ? local_->connections(index_[peer]) : wide_->connections(peer);
   }

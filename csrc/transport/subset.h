@@ -32,6 +32,7 @@ class SubsetTransport final : public Transport {
   void abort() override { parent_.abort(); }
   double round_trip() const override { return parent_.round_trip(); }
   double window_bytes() const override { return parent_.window_bytes(); }
+  double peer_rate() const override { return parent_.peer_rate(); }
   int connections(int peer) const override { return parent_.connections(ranks_.at(peer)); }
 
  private:

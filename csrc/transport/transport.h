@@ -70,6 +70,12 @@ class Transport {
   // for payload, times the pool), the least over its peers; 0 where no window bounds a
   // transfer the transport knows of. With round_trip() the cost model's Link::inv_window.
   virtual double window_bytes() const { return 0; }
+  // Paces the connections so that this rank, streaming to all its peers at once, sends at most
+  // `bits_per_s` in all (Options.link_gbit); 0 lifts it. A transport without such control
+  // ignores it.
+  virtual void pace(double bits_per_s) {}
+  // Bytes per second one peer's connections may carry together under pace(); 0: no such bound.
+  virtual double peer_rate() const { return 0; }
   // The transport's own collectives (NCCL's), or null (host transports).
   virtual NativeCollectives* native() { return nullptr; }
   // A hand-off between threads of one rank inside a schedule (the node-aware pipeline): point

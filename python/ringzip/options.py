@@ -58,6 +58,8 @@ class Options(_Fields):  # decorated again, so that its __init__ calls __post_in
         c = _C.Options()
         for name, _ in _FIELDS:
             v, want, nullable = getattr(self, name), _type_of(name), getattr(_DEFAULTS, name) is None
+            if want is float and isinstance(v, int) and not isinstance(v, bool):  # link_gbit=1
+                v = float(v)
             if not (v is None and nullable) and (not isinstance(v, want) or (want is int and isinstance(v, bool))):
                 raise TypeError(f"ringzip.Options: {name} must be {want.__name__}{' or None' if nullable else ''}, "
                                 f"got {v!r}")

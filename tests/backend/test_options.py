@@ -53,6 +53,11 @@ BAD = [
     ("topk_block", -1, ValueError, "topk_block"),
     ("connections", -1, ValueError, "connections"),
     ("connections", 65, ValueError, "connections must be 0 .chosen per peer. or in 1..64"),
+    ("link_gbit", -1.0, ValueError, "link_gbit must be 0 .not known. or a link's rate"),
+    ("link_gbit", float("nan"), ValueError, "link_gbit"),
+    ("link_gbit", float("inf"), ValueError, "link_gbit"),
+    ("link_gbit", "1", TypeError, "link_gbit"),
+    ("link_gbit", True, TypeError, "link_gbit"),
     ("seed", -1, ValueError, "seed"),
     ("seed", True, TypeError, "seed"),
     ("bucket_size", "512", TypeError, "bucket_size"),
@@ -85,7 +90,7 @@ def test_every_algorithm_name_of_either_family_is_accepted():
 def _custom():
     return ringzip.Options(timeout=datetime.timedelta(seconds=7), algorithm="sra", codec="auto:q8", bucket_size=256,
                            rounding="nearest", min_numel=9, topk_block=0, error_feedback=False, seed=5,
-                           transport="gloo", connections=3, hierarchy="flat", check="on")
+                           transport="gloo", connections=3, link_gbit=2.5, hierarchy="flat", check="on")
 
 
 def test_values_survive_cpp_pickle_copy_and_replace():

@@ -64,3 +64,30 @@ def test_point_to_point_over_tcp():
     assert r0["any"] == {1: 1.0, 2: 2.0}, r0
     assert r0["after_leave"] == [7.0] * 5, r0
     assert "rank 1 sends 40 bytes" in r0["size_error"] and "takes 44 bytes" in r0["size_error"], r0
+
+
+def _paced(ctx):
+    import ringzip
+
+    # 0.08 Gbit/s: each rank's one peer gets 0.95 x 10 MB/s (Options.link_gbit)
+    dist.init_process_group("ringzip", init_method=ctx.init_method, rank=ctx.rank, world_size=ctx.world_size,
+                            pg_options=ringzip.Options(transport="tcp", algorithm="direct", link_gbit=0.08))
+    x = torch.full((1 << 20,), float(ctx.rank + 1))  # 4 MiB to the peer: >= 0.44 s paced
+    times = []
+    for rate in (0.08, 0.0):  # then lifted at run time
+        ringzip.set_options(link_gbit=rate)
+        dist.barrier()
+        y = x.clone()
+        t0 = time.perf_counter()
+        dist.all_reduce(y)
+        times.append(time.perf_counter() - t0)
+        assert torch.equal(y, torch.full_like(x, 3.0))
+    dist.destroy_process_group()
+    return times
+
+
+def test_link_gbit_paces_the_connections():
+    paced_floor = 4 * 2**20 / (0.95 * 0.08e9 / 8)
+    for paced, lifted in mp.run(_paced, 2, timeout=120):
+        assert paced >= 0.8 * paced_floor, (paced, paced_floor)  # the kernel held the sends to the rate
+        assert lifted < paced_floor / 2, (lifted, paced_floor)  # and set_options(link_gbit=0) lifted it

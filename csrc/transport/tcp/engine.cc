@@ -226,6 +226,17 @@ void Engine::abort(const std::string& why) noexcept {
   shut("ringzip: the tcp transport was aborted (" + why + ")");
 }
 
+void Engine::pace(double bytes_per_s) {
+  std::lock_guard<std::mutex> lk(mu_);
+  for (const auto& row : conns_)
+    for (const auto& c : row) {
+      // ~0: the kernel's "unpaced"; a kept connection may carry an earlier group's rate
+      unsigned long rate = ~0UL;
+      if (bytes_per_s > 0) rate = static_cast<unsigned long>(std::max(1.0, bytes_per_s / row.size()));
+      if (c->closed.empty()) ::setsockopt(c->fd, SOL_SOCKET, SO_MAX_PACING_RATE, &rate, sizeof rate);
+    }
+}
+
 double Engine::min_round_trip() const {
   std::lock_guard<std::mutex> lk(mu_);
   uint32_t least = 0;

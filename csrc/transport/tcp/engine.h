@@ -79,6 +79,9 @@ class Engine {
   // aborts the engine (as the shm transport does).
   void drop(const Op& op) noexcept;
   void abort(const std::string& why) noexcept;
+  // Paces every connection to a peer to its share of `bytes_per_s` (the kernel's
+  // SO_MAX_PACING_RATE, which TCP honours without the fq qdisc); 0 lifts it.
+  void pace(double bytes_per_s);
   // The least of the connections' minimum round trips (TCP_INFO), in seconds; 0 if none knows.
   double min_round_trip() const;
   // Stops the thread; pending operations fail. Idle, healthy connections are kept for the next

@@ -3,6 +3,7 @@
 #include <atomic>
 #include <stdexcept>
 
+#include "plan/options.h"
 #include "transport/tcp/connect.h"
 #include "transport/tcp/engine.h"
 
@@ -47,6 +48,11 @@ class TcpTransport final : public Transport {
   void close() override { e_->close(); }
   double round_trip() const override { return e_->min_round_trip(); }
   int connections(int peer) const override { return static_cast<int>(e_->pool(peer)); }
+  void pace(double bits_per_s) override {
+    rate_ = bits_per_s > 0 && size() > 1 ? kPaceShare * bits_per_s / 8 / (size() - 1) : 0;
+    e_->pace(rate_);
+  }
+  double peer_rate() const override { return rate_; }
   double window_bytes() const override {
     double least = 0;
     for (int p = 0; p < size(); ++p)
@@ -57,6 +63,7 @@ class TcpTransport final : public Transport {
  private:
   std::shared_ptr<Engine> e_;
   double window_;  // one connection's (tcp::Connected::window_bytes)
+  std::atomic<double> rate_{0};  // one peer's connections together, bytes/s (pace); 0: unpaced
 };
 
 }  // namespace
