@@ -166,19 +166,24 @@ void Tuner::probe(Comm& c) {
   ring_step(c, out, in, 8, kProbeStep);  // lines the ranks up: the timed rounds start together
   std::deque<double> small, big, gather_small, gather_big;
   for (uint32_t i = 1; i <= 3; ++i) small.push_back(ring_step(c, out, in, 8, kProbeStep + i));
-  // The first large round is not timed: a fresh connection's first megabyte (TCP windows
-  // growing) and a shaped link's burst would both mislead.
-  ring_step(c, out, in, kProbeBytes, kProbeStep + 4);
-  for (uint32_t i = 5; i <= 7; ++i) big.push_back(ring_step(c, out, in, kProbeBytes, kProbeStep + i));
-  // The ring round opened only the connections to each rank's right neighbour. Over a long link
-  // a new connection's megabyte waits for its window to open, a round trip at a time: the
-  // gathers to rank 0 agreed 0.21-0.36 Gbit/s on a 1 Gbit/s link at RTT 100 ms (pricing the
-  // direct exchange's 3 MiB at 1 MiB above SRA's two rounds), and the direct exchange's first
-  // calls took 1.45x its later ones. There one untimed exchange between every pair opens them all.
+  // Over a long link a new connection's megabyte waits for its window to open, a round trip at
+  // a time, and the large rounds time that: at RTT 100 ms on a 1 Gbit/s link the ring rounds
+  // agreed 14-48 MB/s of "host" copies and the gathers to rank 0, over connections that had
+  // carried nothing, 0.21-0.59 Gbit/s, which priced the direct exchange's 3 MiB at 1 MiB above
+  // SRA's two rounds. There the ring rounds teach no host figure (it stays unset until a call
+  // the hosts' copies bound teaches it) and only open their connections, and one untimed
+  // exchange between every pair and one untimed gather open the gathers' before they are timed
+  // (with less of that opening, the gathers agreed 0.2 Gbit/s again). A link whose rate the user
+  // gave (Options.link_gbit: the connections are paced to it) needs neither: its rate is what
+  // this rank may send to all its peers at once.
   const bool long_link = c.net.round_trip() >= Transport::kLongRoundTrip;
-  // A link whose rate the user gave (Options.link_gbit: the connections are paced to it) needs
-  // no gathers: its rate is what this rank may send to all its peers at once.
   const double paced = c.net.peer_rate() * (n - 1);
+  if (!long_link || paced <= 0) {
+    // The first large round is not timed: a fresh connection's first megabyte (TCP windows
+    // growing) and a shaped link's burst would both mislead.
+    ring_step(c, out, in, kProbeBytes, kProbeStep + 4);
+    for (uint32_t i = 5; i <= 7; ++i) big.push_back(ring_step(c, out, in, kProbeBytes, kProbeStep + i));
+  }
   if (paced > 0) {
     push(inv_bw_, 1.0 / paced);
   } else {
@@ -186,19 +191,15 @@ void Tuner::probe(Comm& c) {
     if (long_link) gather_step(c, out, in, kProbeBytes, kProbeStep + 13);
     for (uint32_t i = 8; i <= 9; ++i) gather_small.push_back(gather_step(c, out, in, 8, kProbeStep + i));
     for (uint32_t i = 10; i <= 11; ++i) gather_big.push_back(gather_step(c, out, in, kProbeBytes, kProbeStep + i));
+    push(inv_bw_, (least(gather_big, 0) - least(gather_small, 0)) / (static_cast<double>(n - 1) * kProbeBytes));
   }
   // Where sends are eager a rank that entered a round late finds its message there already, so
   // these rounds time the hosts' cost, not the link's delay: the transport's measured round trip
   // supplies that (half of it per message).
   probe_alpha_ = std::max(least(small, 0), c.net.round_trip() / 2);
   // A ring round moves one buffer per rank, on every rank's link at once: what the host copies
-  // per rank. A gather moves n-1 buffers through rank 0's link alone. Over a long link a round's
-  // megabyte waits for its connection's window to open, a round trip at a time: the ring rounds
-  // time that, not the hosts (14-48 MB/s agreed at RTT 100 ms, which priced the direct exchange's
-  // 3 MiB above SRA's two rounds; docs/algorithms.md, "On a long link"). There they teach no
-  // host figure; the calls do, where the hosts' copies bound them (cost::link_sample).
+  // per rank. A gather moves n-1 buffers through rank 0's link alone.
   if (!long_link) push(inv_host_, (least(big, 0) - least(small, 0)) / kProbeBytes);
-  if (paced <= 0) push(inv_bw_, (least(gather_big, 0) - least(gather_small, 0)) / (static_cast<double>(n - 1) * kProbeBytes));
 }
 
 void Tuner::agree(Comm& c, const std::vector<CodecCandidate>* candidates) {
