@@ -1,6 +1,6 @@
-#include <cmath>
 #include "plan/options.h"
 
+#include <cmath>
 #include <stdexcept>
 #include <tuple>
 

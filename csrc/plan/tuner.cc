@@ -113,15 +113,12 @@ double ring_step(Comm& c, uint8_t* out, uint8_t* in, size_t bytes, uint32_t step
 // link's new connections (see probe).
 void exchange_step(Comm& c, uint8_t* out, uint8_t* in, size_t bytes, uint32_t step) {
   const int n = c.size();
+  auto peer = [&](int k) { return (c.rank() + k) % n; };
   std::vector<std::unique_ptr<Request>> recvs, sends;
-  for (int j = 0; j < n; ++j)
-    if (j != c.rank()) recvs.push_back(c.post_recv(in + (j < c.rank() ? j : j - 1) * bytes, bytes, j, c.tag(step)));
-  for (int j = 0; j < n; ++j)
-    if (j != c.rank()) sends.push_back(c.post_send(out, bytes, j, c.tag(step)));
-  for (int j = 0, k = 0; j < n; ++j)
-    if (j != c.rank()) c.wait(*recvs[k++], j, "auto-tuning probe: receive from");
-  for (int j = 0, k = 0; j < n; ++j)
-    if (j != c.rank()) c.wait(*sends[k++], j, "auto-tuning probe: send to");
+  for (int k = 1; k < n; ++k) recvs.push_back(c.post_recv(in + (k - 1) * bytes, bytes, peer(k), c.tag(step)));
+  for (int k = 1; k < n; ++k) sends.push_back(c.post_send(out, bytes, peer(k), c.tag(step)));
+  for (int k = 1; k < n; ++k) c.wait(*recvs[k - 1], peer(k), "auto-tuning probe: receive from");
+  for (int k = 1; k < n; ++k) c.wait(*sends[k - 1], peer(k), "auto-tuning probe: send to");
   c.dev.sync();
 }
 
@@ -187,8 +184,10 @@ void Tuner::probe(Comm& c) {
   if (paced > 0) {
     push(inv_bw_, 1.0 / paced);
   } else {
-    if (long_link) exchange_step(c, out, in, kProbeBytes, kProbeStep + 12);
-    if (long_link) gather_step(c, out, in, kProbeBytes, kProbeStep + 13);
+    if (long_link) {
+      exchange_step(c, out, in, kProbeBytes, kProbeStep + 12);
+      gather_step(c, out, in, kProbeBytes, kProbeStep + 13);
+    }
     for (uint32_t i = 8; i <= 9; ++i) gather_small.push_back(gather_step(c, out, in, 8, kProbeStep + i));
     for (uint32_t i = 10; i <= 11; ++i) gather_big.push_back(gather_step(c, out, in, kProbeBytes, kProbeStep + i));
     push(inv_bw_, (least(gather_big, 0) - least(gather_small, 0)) / (static_cast<double>(n - 1) * kProbeBytes));

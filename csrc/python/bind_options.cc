@@ -68,7 +68,7 @@ void bind_options(py::module_& m) {
                      "0.95 x link_gbit / (n-1)): the n-1 streams that converge on every machine in SRA, the "
                      "direct exchange and the compressed calls then fit its link instead of overflowing its "
                      "queue, which over a long link costs each stream a round trip to recover (at RTT 100 ms and "
-                     "1 Gbit/s: exact 64 MiB 0.74x the time, q8 0.73x). Streams to one peer (the ring) are held to "
+                     "1 Gbit/s: exact 64 MiB 0.72-0.78x the time, q8 0.42-0.59x). Streams to one peer (the ring) are held to "
                      "that share, which the cost model prices. Assumes one rank per machine on the link; the "
                      "Gloo transport ignores it.")
       .def_readwrite("hierarchy", &GroupOptions::hierarchy,
