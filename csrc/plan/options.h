@@ -21,12 +21,13 @@ namespace ringzip {
 // Below this many elements (256 KiB of float32) compression loses to exact (bench/results).
 constexpr int64_t kMinNumel = 65536;
 // TCP connections to each peer (transport/tcp/, transport/gloo/): one carries its send buffer per
-// round trip (4 MiB by default: ~330 Mbit/s at 100 ms). 0 lets each pair of ranks choose by its
-// round trip when the group is created: 2 from 5 ms, 1 below (transport/tcp/connect.h; the Gloo
-// transport then keeps 1). One by default: over emulated 100 ms links two made a named exact
-// SRA 0.80x the time, but the default command no faster and 1 MiB calls 1.2-1.4x slower
-// (docs/performance.md, "Two connections where the round trip asks").
-constexpr int64_t kConnections = 1, kMaxConnections = 64;
+// round trip (4 MiB by default: ~330 Mbit/s at 100 ms). 0, the default, lets each pair of ranks
+// choose when the group is created (transport/tcp/connect.h; the Gloo transport then keeps 1):
+// one where the round trip is short or the link's rate is not known (unpaced, two made the
+// default command over emulated 100 ms links no faster and 1 MiB calls 1.2-1.4x slower), and
+// as many as the pair's share of a given rate (link_gbit) keeps in flight over its round trip
+// otherwise (docs/performance.md, "A pool as large as the rate asks").
+constexpr int64_t kConnections = 0, kMaxConnections = 64;
 // Options.link_gbit: each rank paces its TCP connections to this share of the rate given, so
 // that the n-1 streams converging on every machine (SRA, the direct exchange, the compressed
 // calls) fit its link without overflowing its queue; the rest leaves the link room for the

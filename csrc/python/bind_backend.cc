@@ -116,15 +116,16 @@ void bind_backend(py::module_& m) {
       // Over ringzip's own TCP transport (transport/tcp/): `store` is private to it.
       .def(py::init([](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                        std::chrono::milliseconds timeout, const std::string& group_name, const std::string& address,
-                       int connections) {
+                       int connections, double link_gbit) {
              Config cfg;
              cfg.timeout = timeout;
              cfg.group_name = group_name;
              return c10::make_intrusive<RingzipBackend>(
-                 make_tcp_transport(store, rank, size, timeout, TcpOptions{address, connections}), cfg);
+                 make_tcp_transport(store, rank, size, timeout, TcpOptions{address, connections, link_gbit}), cfg);
            }),
            py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"), py::arg("group_name"),
-           py::arg("address"), py::arg("connections"), py::call_guard<py::gil_scoped_release>())
+           py::arg("address"), py::arg("connections"), py::arg("link_gbit") = 0.0,
+           py::call_guard<py::gil_scoped_release>())
       .def("enable_mismatch_watch", &RingzipBackend::enable_mismatch_watch, py::arg("store"),
            py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("broken_reason", &RingzipBackend::broken_reason)

@@ -55,11 +55,13 @@ void bind_options(py::module_& m) {
                      "(CUDA tensors host-staged). ``gloo``: all traffic through torch's Gloo (CUDA tensors "
                      "host-staged). Fixed when the group is created.")
       .def_readwrite("connections", &GroupOptions::connections,
-                     "TCP connections to each peer (CPU traffic between machines; default 1). A collective's "
-                     "message of at least 1 MiB travels striped over a peer's connections, so that a long link is "
-                     "not held to one connection's send buffer per round trip. 0: each pair of ranks chooses when "
-                     "the group is created, from the round trip of its first connection's handshake: 2 "
-                     "connections from 5 ms, 1 below (the Gloo transport keeps 1). Rank 0's value holds for the "
+                     "TCP connections to each peer (CPU traffic between machines). A collective's message of at "
+                     "least 1 MiB travels striped over a peer's connections, so that a long link is not held to "
+                     "one connection's send buffer per round trip. 0, the default: each pair of ranks chooses when "
+                     "the group is created, from the round trip of its first connection's handshake and the "
+                     "link's rate (``link_gbit``): from 5 ms on, as many connections as the pair's share of that "
+                     "rate keeps in flight over the round trip (their send buffers' payload); one below 5 ms or "
+                     "where the rate is not given (the Gloo transport keeps 1). Rank 0's value holds for the "
                      "whole group (fixed at creation); ``backend.connections`` says what each peer got.")
       .def_readwrite("link_gbit", &GroupOptions::link_gbit,
                      "The rate of each machine's link to the others, Gbit/s per direction, where you know it (0, "

@@ -107,7 +107,7 @@ def _build(group_store, rank: int, size: int, timeout, group_name: str, opts: Op
     # Between machines ringzip's own TCP (transport/tcp/); Gloo's only where asked for.
     if opts.transport != "gloo":
         backend = _C.RingzipBackend(PrefixStore("ringzip/tcp/", group_store), rank, size, timeout, group_name,
-                                    _network.listen_address(), connections)
+                                    _network.listen_address(), connections, opts.link_gbit)
     else:
         store = PrefixStore("ringzip/transport/", group_store)
         gloo = [dist.ProcessGroupGloo(store, rank, size, timeout)]

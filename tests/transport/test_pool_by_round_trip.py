@@ -1,6 +1,8 @@
-"""The pool chosen per pair (Options.connections=0): each pair of ranks opens as many TCP connections as
-its round trip asks for -- 2 across the user-space wide-area link with a 10 ms round trip, 1
-where there is no delay -- both ends agree, and a collective striped over the pool is right.
+"""The pool chosen per pair (Options.connections=0, the default): each pair of ranks opens as many TCP
+connections as its round trip and the link's rate ask for -- across the user-space wide-area link
+with a 10 ms round trip, as many send windows as its share of the rate given keeps in flight (4
+here), 1 where the rate is not given or there is no delay -- both ends agree, and a collective
+striped over the pool is right.
 Two emulated machines with 2 ranks each (ringzip.bench.netem), the ranks of a machine on shared
 memory. And the cost model's probe over such a link (one rank a machine): it takes no host
 figure from rounds that time the connections' windows opening, only where the round trip is long. Needs root, iproute2 and /dev/net/tun (skipped otherwise); hard timeout; the namespaces
@@ -8,6 +10,7 @@ go away whatever happens."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -23,10 +26,18 @@ TIMEOUT = 120
 NODES, PER_NODE = 2, 2
 
 _RANK = """
-import datetime, json, sys
+import datetime, json, os, sys
 import torch, torch.distributed as dist
 import ringzip
-addr, rank, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+addr, rank, n, windows = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
+
+def ceiling(core, tcp):  # what a socket may hold: asked for (doubled by the kernel) or autotuned
+    asked = int(open(f"/proc/sys/net/core/{core}").read())
+    return max(2 * asked, int(open(f"/proc/sys/net/ipv4/{tcp}").read().split()[2]))
+
+window = 0.7 * min(ceiling("wmem_max", "tcp_wmem"), ceiling("rmem_max", "tcp_rmem"))  # TCP's payload share
+if windows:  # the link's rate whose share for one of the n-1 peers keeps `windows` in flight over 10.5 ms
+    os.environ["RINGZIP_LINK_GBIT"] = repr(windows * window * 8 * (n - 1) / (0.95 * 0.0105) / 1e9)
 dist.init_process_group("ringzip", init_method=f"tcp://{addr}:29561", rank=rank, world_size=n,
                         timeout=datetime.timedelta(seconds=60))
 backend = dist.group.WORLD._get_backend(torch.device("cpu"))
@@ -36,7 +47,7 @@ dist.all_reduce(x)
 ok = torch.equal(x, base * n + n * (n - 1) // 2)
 params = (ringzip.stats(dist.group.WORLD).get("auto") or {}).get("params")
 print(json.dumps({"rank": rank, "connections": backend.connections, "transport": backend.transport, "ok": ok,
-                  "params": params}))
+                  "params": params, "window": window, "link_gbit": float(os.environ.get("RINGZIP_LINK_GBIT", 0))}))
 dist.destroy_process_group()
 """
 
@@ -52,7 +63,7 @@ def _need_tun():
         pytest.skip(str(e))
 
 
-def _run(delay_s: float, tag: str, per_node: int = PER_NODE) -> list[dict]:
+def _run(delay_s: float, tag: str, per_node: int = PER_NODE, windows: float = 0) -> list[dict]:
     prefix = f"rzp{os.getpid() % 10000}{tag}-"
     n = NODES * per_node
     net = netem.NetEnv(n, None, delay_s, prefix=prefix, ranks_per_node=per_node, link="tun")
@@ -62,9 +73,9 @@ def _run(delay_s: float, tag: str, per_node: int = PER_NODE) -> list[dict]:
     try:
         with net:
             for r in range(n):
-                procs.append(subprocess.Popen(net.exec_prefix(r) + [sys.executable, "-c", _RANK, net.addr(0), str(r), str(n)],
+                procs.append(subprocess.Popen(net.exec_prefix(r) + [sys.executable, "-c", _RANK, net.addr(0), str(r), str(n), str(windows)],
                                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                              env=dict(env, GLOO_SOCKET_IFNAME=net.ifname(r), RINGZIP_CONNECTIONS="0")))
+                                              env=dict(env, GLOO_SOCKET_IFNAME=net.ifname(r))))
             outs = []
             for p in procs:
                 try:
@@ -83,10 +94,11 @@ def _run(delay_s: float, tag: str, per_node: int = PER_NODE) -> list[dict]:
     return rows
 
 
-@pytest.mark.parametrize("delay_s,across", [(0.0, 1), (0.005, 2)], ids=["no-delay", "rtt-10ms"])
-def test_each_pair_opens_the_pool_its_round_trip_asks_for(delay_s, across):
+@pytest.mark.parametrize("delay_s,windows,across", [(0.0, 3.5, 1), (0.005, 0, 1), (0.005, 3.5, 4)],
+                         ids=["no-delay", "rtt-10ms-no-rate", "rtt-10ms-rate"])
+def test_each_pair_opens_the_pool_its_round_trip_asks_for(delay_s, windows, across):
     _need_tun()
-    rows = _run(delay_s, "a" if across == 2 else "b")
+    rows = _run(delay_s, "b" if not delay_s else "a" if windows else "f", windows=windows)
     for row in rows:
         r = row["rank"]
         node = r // PER_NODE
@@ -106,3 +118,16 @@ def test_the_probe_over_a_long_link_takes_no_host_figure(delay_s):
     long_link = params[0]["alpha_s"] >= 0.004  # half the round trip the kernel measured
     assert long_link == (delay_s > 0), params
     assert (params[0]["host_gbit"] == 0) == long_link, params
+
+
+def test_a_given_rate_sizes_the_pool_by_rate_times_round_trip():
+    """With the link's rate given, a pair opens as many connections as its rate keeps windows in
+    flight over its round trip (here about 3.5 over RTT 10 ms: 4), not the 2 of a rate unknown."""
+    _need_tun()
+    rows = _run(0.005, "e", per_node=1, windows=3.5)
+    assert all(row["ok"] and row["transport"] == "tcp" for row in rows), rows
+    pools = {row["connections"][1 - row["rank"]] for row in rows}
+    rate = 0.95 * rows[0]["link_gbit"] * 1e9 / 8  # one peer's share: the only peer's
+    # the handshake's round trip: the link's 10 ms and a little
+    allowed = {math.ceil(rate * rtt / rows[0]["window"]) for rtt in (0.0100, 0.0115)}
+    assert len(pools) == 1 and pools <= allowed and min(pools) > 2, (pools, allowed, rows)

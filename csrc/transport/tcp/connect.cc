@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <fstream>
@@ -31,15 +32,18 @@ using Clock = std::chrono::steady_clock;
 constexpr auto kReleaseGrace = std::chrono::seconds(2);
 // How often the rank that accepts looks again for kept connections its peers may greet.
 constexpr int kRescanMs = 50;
-// The pool a pair of ranks opens when it is chosen for them (connections 0): a second
-// connection doubles the bytes in flight where a round trip makes the send buffer the limit;
-// more measured no faster at RTT 100 ms and 1 Gbit/s (docs/performance.md).
-constexpr size_t kAutoPool = 2;
 // The most connections a greeting may announce (Options.connections' bound).
 constexpr uint32_t kMaxPool = 64;
 
-uint32_t pool_for(uint32_t min_rtt_us) {
-  return min_rtt_us >= Transport::kLongRoundTrip * 1e6 ? kAutoPool : 1;
+// A pair's pool when it is chosen for them (connections 0): where the round trip is long and
+// the pair's rate known (bytes/s), as many send windows as that rate keeps in flight over the
+// round trip, so that the pair's share of the link is not held to one send buffer per round
+// trip; one otherwise (without pacing a second connection made the default command no faster
+// over 100 ms and 1 MiB calls slower: docs/performance.md).
+uint32_t pool_for(uint32_t min_rtt_us, double pair_rate, double window) {
+  const double rtt = min_rtt_us * 1e-6;
+  if (rtt < Transport::kLongRoundTrip || pair_rate <= 0 || window <= 0) return 1;
+  return static_cast<uint32_t>(std::clamp(std::ceil(pair_rate * rtt / window), 1.0, static_cast<double>(kMaxPool)));
 }
 
 // Closes what it holds unless released: a failed set-up leaks no socket.
@@ -86,6 +90,10 @@ BufferLimits receive_limits() {
 }
 // TCP's payload in the bytes its buffers account for (Connected::window_bytes).
 constexpr double kPayloadShare = 0.7;
+
+double window_bytes() {
+  return kPayloadShare * static_cast<double>(std::min(send_limits().ceiling(), receive_limits().ceiling()));
+}
 
 void size_buffers(int fd) {
   for (const auto& [limits, option] : {std::pair{send_limits(), SO_SNDBUF}, std::pair{receive_limits(), SO_RCVBUF}}) {
@@ -211,8 +219,8 @@ uint64_t new_group_token() {
 
 }  // namespace
 
-Connected connect_all(int rank, int size, int connections, const std::string& address, const Meeting& meeting,
-                      std::chrono::milliseconds timeout) {
+Connected connect_all(int rank, int size, int connections, double pair_rate, const std::string& address,
+                      const Meeting& meeting, std::chrono::milliseconds timeout) {
   const auto deadline = Clock::now() + timeout;
   Fds fds;
   Holding kept_here;
@@ -268,7 +276,7 @@ Connected connect_all(int rank, int size, int connections, const std::string& ad
         c.fresh = false;
       }
   };
-  const size_t most = connections > 0 ? static_cast<size_t>(connections) : kAutoPool;
+  const size_t most = connections > 0 ? static_cast<size_t>(connections) : kMaxPool;
   for (int p = 0; p < rank; ++p) {
     wheres[p] = meeting.lookup(p);
     peers[p] = parse(rank, p, wheres[p]);
@@ -291,7 +299,7 @@ Connected connect_all(int rank, int size, int connections, const std::string& ad
   std::vector<uint32_t> pool(rank);
   for (int p = 0; p < rank; ++p) {
     const int first = reusable[p].empty() ? to[p][0].fd : reusable[p][0].fd;
-    pool[p] = connections > 0 ? connections : pool_for(min_rtt_us(first));
+    pool[p] = connections > 0 ? connections : pool_for(min_rtt_us(first), pair_rate, window_bytes());
     for (Kept& k : reusable[p]) {
       if (to[p].size() < pool[p]) {
         to[p].push_back({fds.add(k.fd), false});
@@ -367,7 +375,7 @@ Connected connect_all(int rank, int size, int connections, const std::string& ad
     if (!why.empty()) fail(rank, "a peer's greeting failed: " + why);
     place(hello, fd);
   }
-  out.window_bytes = kPayloadShare * static_cast<double>(std::min(send_limits().ceiling(), receive_limits().ceiling()));
+  out.window_bytes = window_bytes();
   // The sockets stay non-blocking (the engine's mode); only the listener goes.
   fds.release();
   ::close(listener);

@@ -4,7 +4,9 @@
 // the pool's size -- taken over from a group before between the same processes where one was
 // kept (kept.h), new otherwise. The pool holds `connections` sockets, or, with connections 0,
 // as many as the pair's round trip asks for, which the rank that connects reads from its first
-// connection's handshake (TCP's minimum RTT): one below Transport::kLongRoundTrip, two from it.
+// connection's handshake (TCP's minimum RTT): from Transport::kLongRoundTrip on, as many send
+// windows as the pair's rate (`pair_rate`, bytes/s, where the link's rate is known) keeps in
+// flight over that round trip; one below it or where the rate is not known.
 // Its greeting tells the other end, so both cut messages alike (stripes.h).
 // Ranks meet through callbacks that publish and look up an address (the transport passes its
 // store), so this file knows no store.
@@ -33,7 +35,7 @@ struct Connected {
 };
 
 // Throws std::runtime_error naming the rank that could not be reached.
-Connected connect_all(int rank, int size, int connections, const std::string& address, const Meeting& meeting,
-                      std::chrono::milliseconds timeout);
+Connected connect_all(int rank, int size, int connections, double pair_rate, const std::string& address,
+                      const Meeting& meeting, std::chrono::milliseconds timeout);
 
 }  // namespace ringzip::tcp

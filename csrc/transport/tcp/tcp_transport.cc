@@ -1,6 +1,7 @@
 #include "transport/tcp/tcp_transport.h"
 
 #include <atomic>
+#include <cmath>
 #include <stdexcept>
 
 #include "plan/options.h"
@@ -12,6 +13,12 @@ namespace {
 
 using tcp::Engine;
 using tcp::Op;
+
+// What one peer's connections carry together on a paced link of `bits_per_s` (bytes/s; 0 where
+// the rate is not known): the streams of every peer converge on each machine's link.
+double pair_rate(double bits_per_s, int size) {
+  return bits_per_s > 0 && std::isfinite(bits_per_s) && size > 1 ? kPaceShare * bits_per_s / 8 / (size - 1) : 0;
+}
 
 class TcpRequest final : public Request {
  public:
@@ -49,7 +56,7 @@ class TcpTransport final : public Transport {
   double round_trip() const override { return e_->min_round_trip(); }
   int connections(int peer) const override { return static_cast<int>(e_->pool(peer)); }
   void pace(double bits_per_s) override {
-    rate_ = bits_per_s > 0 && size() > 1 ? kPaceShare * bits_per_s / 8 / (size() - 1) : 0;
+    rate_ = pair_rate(bits_per_s, size());
     e_->pace(rate_);
   }
   double peer_rate() const override { return rate_; }
@@ -77,7 +84,8 @@ std::unique_ptr<Transport> make_tcp_transport(const c10::intrusive_ptr<c10d::Sto
         const auto v = store->get("addr/" + std::to_string(peer));
         return std::string(v.begin(), v.end());
       }};
-  auto c = tcp::connect_all(rank, size, options.connections, options.address, meeting, timeout);
+  auto c = tcp::connect_all(rank, size, options.connections, pair_rate(options.link_gbit * 1e9, size), options.address,
+                            meeting, timeout);
   return std::make_unique<TcpTransport>(std::make_shared<Engine>(rank, size, std::move(c.sockets), std::move(c.processes)),
                                         c.window_bytes);
 }

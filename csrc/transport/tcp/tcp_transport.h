@@ -22,8 +22,9 @@ struct TcpOptions {
   // address of one of this machine's interfaces).
   std::string address;
   // Connections to each peer (rank 0's count: every rank must pass the same); 0: chosen per
-  // pair of ranks by their round trip (connect.h).
+  // pair of ranks by their round trip and, where given, the link's rate (connect.h).
   int connections = 0;
+  double link_gbit = 0;  // Options.link_gbit when the group is created; 0: not known
 };
 
 // `store`: private to this transport (the caller passes a PrefixStore), used only to exchange

@@ -373,7 +373,8 @@ def long_link(header: dict, links: Links) -> Links:
 def _connections(header: dict) -> int:
     """The connections per peer the sweep's ranks got (its topology's, where the build records
     them: the most to any peer), else Options(connections=...) of its command (--ropt
-    KEY=VALUE; 0: two where the round trip is 5 ms or more, as each pair of ranks chooses), else 1
+    KEY=VALUE; 0: two where the round trip is 5 ms or more, as each pair of ranks chose before the
+    pool was sized by the link's rate), else 1
     (the default, and what the builds that did not record them had)."""
     from .common import parse_key_values
 
