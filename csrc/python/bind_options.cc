@@ -97,6 +97,8 @@ void bind_options(py::module_& m) {
         }
       },
       py::arg("options"), "ValueError naming the first bad field, else nothing");
+  // What share of Options.link_gbit a rank's streams are paced to (the simulator replays it).
+  m.attr("pace_share") = kPaceShare;
 }
 
 }  // namespace ringzip

@@ -67,11 +67,12 @@ void bind_sim(py::module_& m) {
       [](const sim::Trace& t, std::vector<int> machine_of, double net_bytes_per_s, double net_latency_s,
          double intra_bytes_per_s, double intra_latency_s, int cores, const std::map<std::string, double>& per_unit,
          const std::map<std::string, double>& per_input, double launch, double scale, double send_overhead,
-         double recv_overhead, double net_cpu_per_byte, double delay_s, double window_bytes, int pool, bool eager) {
+         double recv_overhead, double net_cpu_per_byte, double delay_s, double window_bytes, int pool, bool eager,
+         double pair_bytes_per_s) {
         if (pool < 1) throw std::invalid_argument("pool must be >= 1 connection per peer");
         sim::Model m{std::move(machine_of), net_bytes_per_s, net_latency_s, intra_bytes_per_s, intra_latency_s, cores,
                      per_kind(per_unit), per_kind(per_input), launch, scale, send_overhead, recv_overhead,
-                     net_cpu_per_byte, delay_s, window_bytes, pool, eager};
+                     net_cpu_per_byte, delay_s, window_bytes, pool, pair_bytes_per_s, eager};
         sim::Result r;
         {
           py::gil_scoped_release nogil;
@@ -88,12 +89,14 @@ void bind_sim(py::module_& m) {
       "cores"_a = 0, "per_unit"_a = std::map<std::string, double>{}, "per_input"_a = std::map<std::string, double>{},
       "launch"_a = 0.0, "scale"_a = 1.0, "send_overhead"_a = 0.0, "recv_overhead"_a = 0.0,
       "net_cpu_per_byte"_a = 0.0, "delay_s"_a = 0.0, "window_bytes"_a = 0.0, "pool"_a = 1, "eager"_a = false,
+      "pair_bytes_per_s"_a = 0.0,
       "Simulated seconds of the recorded call (sim/replay.h): a kernel of kind k over `amount` with m inputs\n"
       "takes amount * (per_unit[k] + m * per_input[k]) + launch; every amount times `scale`; each send\n"
       "costs its thread send_overhead seconds before its bytes move, each received message recv_overhead\n"
       "before its receiver sees it; where cores are counted, a byte between machines takes\n"
       "net_cpu_per_byte seconds of one; a message between machines also takes delay_s one way and at most\n"
-      "pool x window_bytes per round trip (window_bytes 0: no window); eager: sends leave when posted.\n"
+      "pool x window_bytes per round trip (window_bytes 0: no window); eager: sends leave when posted;\n"
+      "pair_bytes_per_s: a paced link's rate from one rank to one of another machine (0: unpaced).\n"
       "Returns\n"
       "{time, finish (per rank), wire_bytes (between machines), compute (busiest rank's kernel seconds)};\n"
       "RuntimeError when a rank waits for a message nobody sends.");

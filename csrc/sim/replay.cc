@@ -266,7 +266,9 @@ class Replay {
   bool windowed(const Message& msg) const { return m_.window_bytes > 0 && !inside(msg); }
   double round_trip() const { return 2 * (m_.delay_s + m_.net_latency_s); }
   double window_cap() const { return m_.window_bytes * std::max(1, m_.pool); }
-  Window& window_of(const Message& msg) { return windows_[static_cast<int64_t>(msg.src) * n_ + msg.dst]; }
+  int64_t pair(const Message& msg) const { return static_cast<int64_t>(msg.src) * n_ + msg.dst; }
+  Window& window_of(const Message& msg) { return windows_[pair(msg)]; }
+  bool paced(const Message& msg) const { return m_.pair_bytes_per_s > 0 && !inside(msg); }
 
   // The earliest time from `now` that `bytes` more fit the window (a chunk above it: alone).
   double window_free(Window& w, double now, double bytes) {
@@ -290,8 +292,8 @@ class Replay {
     size_t turn = 0;
     for (; turn < l.turns.size(); ++turn) {
       const Message& m = messages_[l.turns[turn]];
-      if (!windowed(m)) break;
-      const double free = window_free(window_of(m), now, static_cast<double>(std::min(m.left, m.chunk)));
+      double free = paced(m) ? paced_[pair(m)] : now;
+      if (windowed(m)) free = std::max(free, window_free(window_of(m), now, static_cast<double>(std::min(m.left, m.chunk))));
       if (free <= now) break;
       wake = std::min(wake, free);
     }
@@ -317,6 +319,10 @@ class Replay {
       Window& w = window_of(msg);
       w.sent.emplace_back(start, amount);
       w.bytes += amount;
+    }
+    if (paced(msg)) {  // the pair's next chunk may leave once this one's bytes are paced out
+      double& next = paced_[pair(msg)];
+      next = std::max(next, start) + amount / m_.pair_bytes_per_s;
     }
     if (msg.left > 0)
       l.turns.push_back(i);
@@ -377,6 +383,7 @@ class Replay {
   std::unordered_map<Key, std::deque<Pending>, KeyHash> sends_, recvs_;
   std::unordered_map<Key, std::deque<size_t>, KeyHash> unclaimed_;  // eager messages sent before their receive
   std::unordered_map<int64_t, Window> windows_;                      // per pair of ranks (window_of)
+  std::unordered_map<int64_t, double> paced_;  // per pair of ranks: when its next chunk may leave (paced)
   std::vector<Message> messages_;
   std::priority_queue<Item, std::vector<Item>, std::greater<>> queue_;
   uint64_t tick_ = 0;

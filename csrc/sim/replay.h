@@ -39,6 +39,9 @@ struct Model {
   double delay_s = 0;
   double window_bytes = 0;
   int pool = 1;
+  // A paced link (Options.link_gbit): the messages from one rank to a rank of another machine
+  // leave at most at this rate together (bytes/s; 0: unpaced), however idle the sender's NIC.
+  double pair_bytes_per_s = 0;
   // Eager sends (ringzip's own TCP transport): a message leaves when its send is posted and waits
   // at its receiver for the receive. Otherwise (Gloo's rendezvous) it leaves once both are posted,
   // a receive posted last sending its ready notice across first.

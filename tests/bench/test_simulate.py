@@ -190,6 +190,22 @@ def test_a_connections_window_bounds_the_bytes_in_flight_and_a_pool_multiplies_i
     assert S.replay(fan, S.Links.layout(4, 1, **wide), FREE)["time"] == pytest.approx(74 * ms, rel=0.02)
 
 
+def test_a_paced_pair_sends_no_faster_than_its_rate_however_idle_the_nic():
+    """Options.link_gbit: each pair of ranks between machines paced to its share. Three pairs paced
+    to 0.25 GB/s each on a 1 GB/s NIC: 8e6 bytes each take 32 ms (chunks of 0.5e6 leave every 2 ms,
+    the last a 0.5 ms burst), where unpaced the NIC's 24 ms; paced above the NIC's share, the NIC."""
+    fan = _C.sim.Trace([[("send", p, 8_000_000, p - 1, 7) for p in (1, 2, 3)] +
+                        [("wait", -1, 0, i, 0) for i in range(3)]] +
+                       [[("recv", 0, 8_000_000, 0, 7), ("wait", -1, 0, 0, 0)] for _ in range(3)])
+    time = lambda **kw: S.replay(fan, S.Links.layout(4, 1, **dict(BANDWIDTH_ONLY, eager=True, **kw)), FREE)["time"]  # noqa: E731
+    assert time(pace_gbit=2.0) == pytest.approx(32e-3, rel=0.03)
+    assert time(pace_gbit=8.0) == pytest.approx(time(), rel=1e-6) == pytest.approx(24e-3, rel=0.07)
+    # The sweeps' pacing, read from their command as the transport sets it.
+    header = {"argv": ["collective", "--ropt", "link_gbit=1", "--ropt", "codec=q4"]}
+    assert S._pace_gbit(header, 4) == pytest.approx(_C.pace_share / 3)  # noqa: SLF001
+    assert S._pace_gbit({"argv": ["collective"]}, 4) == 0  # noqa: SLF001
+
+
 def test_copies_inside_a_machine_take_its_cores():
     """Shared memory: the sender's copy in and the receiver's copy out each take a core; with one
     core they run one after the other, with a core each they overlap (cut-through)."""

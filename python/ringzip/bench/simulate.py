@@ -93,6 +93,7 @@ class Links:
     delay_ms: float = 0.0            # one way, between machines (a long link's propagation)
     window_bytes: float = 0.0        # one connection's bytes in flight (0: no window)
     pool: int = 1                    # connections per peer a message is striped over
+    pace_gbit: float = 0.0           # a paced link: one rank's rate to one of another machine (0: unpaced)
     eager: bool = False              # sends leave when posted (ringzip's TCP transport), not on a ready notice
 
     @classmethod
@@ -176,7 +177,7 @@ def replay(trace, links: Links, kernels: Kernels, scale: float = 1.0) -> dict:
                         links.intra_gbyte * 1e9, links.intra_latency_us * 1e-6, links.cores or 0, unit, per_input,
                         kernels.launch_us * 1e-6, scale, links.send_us * 1e-6, links.recv_us * 1e-6,
                         links.net_cpu_ns_per_byte * 1e-9, links.delay_ms * 1e-3, links.window_bytes, links.pool,
-                        links.eager)
+                        links.eager, links.pace_gbit * 1e9 / 8)
     res["time"] += links.call_us * 1e-6
     return res
 
@@ -231,6 +232,9 @@ def add_arguments(p) -> None:
                                                   "`ringzip-bench collective --net RATE,DELAY` measures it "
                                                   "(tcp_stream_gbit x RTT)")
     p.add_argument("--connections", type=int, default=1, help="connections per peer a message is striped over")
+    p.add_argument("--link-gbit", type=float, default=0.0,
+                   help="Options.link_gbit: each rank's streams to a rank of another machine paced to its share "
+                        "(pace_share x R / (ranks - 1)); 0: unpaced")
     p.add_argument("--transport", choices=("tcp", "gloo"), default="tcp",
                    help="tcp: eager sends (ringzip's own); gloo: a message waits for its receive's notice")
     p.add_argument("-b", "--minbytes", dest="begin", default="1M")
@@ -280,12 +284,12 @@ def run(args) -> int:
     links = Links(node_of, parse_rate_bits(args.net) / 1e9, args.latency_us, args.intra_gbyte,
                   args.intra_latency_us, args.cores, delay_ms=parse_delay_s(args.delay) * 1e3,
                   window_bytes=float(parse_size(args.window)), pool=args.connections,
-                  eager=args.transport == "tcp")
+                  eager=args.transport == "tcp", pace_gbit=_pace_share(args.link_gbit, world))
     kernels = _kernels_for(args)
     rec = Recorder()
     rows = []
     far = (f", one-way delay {args.delay}, window {args.window} x {args.connections} connection(s)"
-           if links.delay_ms else "")
+           if links.delay_ms else "") + (f", paced to {links.pace_gbit:.3g} Gbit/s per peer" if links.pace_gbit else "")
     print(f"# simulated all-reduce, {args.machines} machines x {args.per_machine} ranks, NIC {args.net}, "
           f"{args.latency_us:g} us per message{far}, {args.transport} transport; inside a machine "
           f"{args.intra_gbyte:g} GB/s")
@@ -367,7 +371,26 @@ def long_link(header: dict, links: Links) -> Links:
     stream = header.get("tcp_stream_gbit")
     window = stream * 1e9 / 8 * 2 * (delay_s + links.net_latency_us * 1e-6) if stream else 0.0
     return replace(links, net_gbit=header["link_gbit"] * TCP_PAYLOAD_SHARE, delay_ms=header["delay_ms"],
-                               window_bytes=window, pool=_connections(header))
+                               window_bytes=window, pool=_connections(header),
+                               pace_gbit=_pace_gbit(header, len(links.machine_of)))
+
+
+def _pace_gbit(header: dict, ranks: int) -> float:
+    """What one rank's streams to a peer were paced to: Options.link_gbit of the sweep's command
+    (--ropt link_gbit=R), the share of it the transport paces each of its ranks - 1 peers to; 0
+    unpaced."""
+    from .common import parse_key_values
+
+    argv = header.get("argv") or []
+    rate = float(parse_key_values([v for f, v in zip(argv, argv[1:]) if f == "--ropt"]).get("link_gbit", 0))
+    return _pace_share(rate, ranks)
+
+
+def _pace_share(link_gbit: float, ranks: int) -> float:
+    """One rank's paced rate to each of its peers, Gbit/s, as the TCP transport sets it."""
+    from ringzip import _C
+
+    return _C.pace_share * link_gbit / (ranks - 1) if link_gbit > 0 and ranks > 1 else 0.0
 
 
 def _connections(header: dict) -> int:

@@ -21,9 +21,10 @@ kernels --json K -b 16K -e 64M` on the same machine (kernel speeds are taken at 
 
 sites: 4 emulated machines with one rank each at 1 Gbit/s and a round trip of 20 and 100 ms
 (`--net 1gbit,DELAY`), exact, q8 and q4 over the ring and sra at 1 and 64 MiB, and exact and q8 at
-64 MiB over two connections per peer at 100 ms. Nothing is fitted on these: check replays them on
-the link's rate, its delay, one connection's window from the sweep's single-stream probe and the
-pool (ringzip.bench.simulate.long_link).
+64 MiB over two connections per peer at 100 ms; with --link-gbit R the one-connection sweeps with
+the link's rate given (paced streams). Nothing is fitted on these: check replays them on the
+link's rate, its delay, one connection's window from the sweep's single-stream probe, the pool
+and the pacing (ringzip.bench.simulate.long_link).
 """
 from __future__ import annotations
 
@@ -76,18 +77,25 @@ ROW_KEYS = ("size_bytes", "count", "codec", "algorithm", "hierarchy", "nproc", "
 SITE_SWEEPS = (("10ms", 1, "1M", "none,q8,q4"), ("50ms", 1, "1M", "none,q8,q4"), ("50ms", 2, "64M", "none,q8"))
 
 
-def measure_sites(out: str, sweeps=SITE_SWEEPS, iters: int = 20, min_iters: int = 3) -> None:
+def measure_sites(out: str, sweeps=SITE_SWEEPS, iters: int = 20, min_iters: int = 3, link_gbit: float = 0) -> None:
     """Three warm-up calls a row, and timed calls for three seconds (at least min_iters): the replay
-    knows connections whose windows have grown, which a long link's first calls have not."""
+    knows connections whose windows have grown, which a long link's first calls have not. With
+    link_gbit, the link's rate given (Options.link_gbit: paced streams) and one connection per
+    peer (the pool the rate asks for among 4 machines at 1 Gbit/s)."""
     os.makedirs(out, exist_ok=True)
+    if link_gbit:
+        sweeps = [(delay, 1, begin, codecs) for delay, pool, begin, codecs in sweeps if pool == 1]
     for delay, pool, begin, codecs in sweeps:
-        path = os.path.join(out, f"m4x1_1gbit_{delay}" + (f"_pool{pool}" if pool > 1 else "") + ".json")
+        path = os.path.join(out, f"m4x1_1gbit_{delay}" + (f"_pool{pool}" if pool > 1 else "") +
+                            ("_paced" if link_gbit else "") + ".json")
         if os.path.exists(path):
             continue
         cmd = [sys.executable, "-m", "ringzip.bench", "collective", "--backend", "ringzip", "-n", "4",
                "--net", f"1gbit,{delay}", "-b", begin, "-e", "64M", "-f", "64", "--codec", codecs,
                "--algorithm", "ring,sra", "--iters", str(iters), "--min-iters", str(min_iters), "--warmup", "3",
                "--time-budget", "3.0", "--json", path, "-q", "--ropt", f"connections={pool}"]
+        if link_gbit:
+            cmd += ["--ropt", f"link_gbit={link_gbit:g}"]
         t = time.time()
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
         print(f"{os.path.basename(path)}: {time.time() - t:.0f} s", flush=True)
@@ -125,6 +133,8 @@ def main(argv=None) -> None:
     st = sub.add_parser("sites", help="the long-link sweeps")
     st.add_argument("--out", required=True)
     st.add_argument("--iters", type=int, default=20, help="timed calls per row at most (3 s a row sizes it)")
+    st.add_argument("--link-gbit", type=float, default=0.0,
+                    help="give the link's rate (Options.link_gbit: paced streams); the two one-connection sweeps")
     k = sub.add_parser("pack", help="DIR's sweeps as one compact JSON file (what check reads)")
     k.add_argument("dir")
     k.add_argument("out")
@@ -137,7 +147,7 @@ def main(argv=None) -> None:
     if a.cmd == "measure":
         measure(a.out, iters=a.iters, min_iters=a.min_iters)
     elif a.cmd == "sites":
-        measure_sites(a.out, iters=a.iters)
+        measure_sites(a.out, iters=a.iters, link_gbit=a.link_gbit)
     elif a.cmd == "pack":
         with open(a.out, "w") as f:
             json.dump(pack(a.dir), f, separators=(",", ":"))
