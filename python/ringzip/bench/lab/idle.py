@@ -37,7 +37,8 @@ def rank_main(spec: dict) -> None:
     rank, n = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     dist.init_process_group("ringzip", init_method=f"tcp://{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}",
                             rank=rank, world_size=n,
-                            pg_options=ringzip.Options(codec=spec["codec"], transport=spec["transport"]))
+                            pg_options=ringzip.Options(codec=spec["codec"], transport=spec["transport"],
+                                                       link_gbit=spec.get("link_gbit", 0.0)))
     x = torch.randn(spec["numel"])
 
     ways = []
@@ -98,6 +99,7 @@ def main(argv=None) -> int:
     p.add_argument("--net", help="RATE[,DELAY[,LOSS]]: emulated machines (root); default: local ranks")
     p.add_argument("--codecs", default="none,q4")
     p.add_argument("--transport", default="auto", help="ringzip.Options(transport=...)")
+    p.add_argument("--link-gbit", type=float, default=0.0, help="ringzip.Options(link_gbit=...): the link's rate")
     p.add_argument("--size", default="16M", help="all-reduce size (float32 elements)")
     p.add_argument("--warm", type=int, default=8, help="calls before the first gap")
     p.add_argument("--gaps", default="1,10,60", help="idle seconds, comma list, in this order")
@@ -116,7 +118,8 @@ def main(argv=None) -> int:
         for codec in args.codecs.split(","):
             runs = []
             for way, sleeps in (("gaps", gaps), ("control", [0.0] * len(gaps))):
-                spec = {"codec": codec, "transport": args.transport, "numel": parse_size(args.size),
+                spec = {"codec": codec, "transport": args.transport, "link_gbit": args.link_gbit,
+                        "numel": parse_size(args.size),
                         "warm": args.warm, "gaps": sleeps, "after": args.after, "out": f"{tmp}/{codec}-{way}"}
                 Path(f"{tmp}/spec.json").write_text(json.dumps(spec))
                 res = Launcher(args.nproc, Path(tmp), env).run(
@@ -132,9 +135,10 @@ def main(argv=None) -> int:
                             for g, v in zip(gaps, rows[-1]["gaps"].values())))
     head = (f"{time.strftime('%Y-%m-%d')}, {cpu_model()}, {args.nproc} ranks "
             f"({'emulated machines, ' + args.net if args.net else 'one host'}), transport={args.transport}, "
+            + (f"link_gbit={args.link_gbit:g}, " if args.link_gbit else "") +
             f"all-reduce of {args.size} float32; command: python -m ringzip.bench.lab.idle {' '.join(argv)}")
     out_dir = results_dir(args.out_dir)
-    stem = "idle" + (f"_net-{args.net.replace(',', '_')}" if args.net else "")
+    stem = "idle" + (f"_net-{args.net.replace(',', '_')}" if args.net else "") + ("_paced" if args.link_gbit else "")
     (out_dir / f"{stem}.json").write_text(json.dumps({"header": head, "rows": rows}, indent=1))
     lines = [f"# The first call after an idle link\n\n{head}\n",
              "The first call after each gap over the control's call at the same place (the same calls "
