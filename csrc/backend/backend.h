@@ -121,6 +121,8 @@ class RingzipBackend final : public c10d::Backend {
     for (int p = 0; p < net_->size(); ++p) out[p] = net_->connections(p);
     return out;
   }
+  // How many of this rank's connections opened their windows when the group was created.
+  int warmed_connections() const { return net_->warmed(); }
   CheckMode check_mode() const { return check_.load(); }
   // Empty while the group is healthy; else why it is unusable (first failure).
   std::string broken_reason() const;

@@ -17,6 +17,8 @@ double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock:
 // Tag steps of the probe and the agreement: above every algorithm's, below the fingerprint
 // exchange's (backend/fingerprint.cc); the tag key keeps mismatched calls apart as usual.
 constexpr uint32_t kProbeStep = 0xFFC0, kGatherStep = 0xFFE8, kResultStep = 0xFFE9;  // probe: 0xFFC0-0xFFDF
+// Up to this many ranks the agreement is an exchange between every pair (agree()).
+constexpr int kExchangeRanks = 16;
 // Samples per estimate, and the estimate is their least: on a machine shared with other work a
 // call is only ever slowed down (measured: single 64 KiB calls from 1.1 to 42 ms at a load of
 // 17 on 2 cores), so the least of the last three is the undisturbed figure, for every way alike;
@@ -157,6 +159,17 @@ double window_seconds_per_byte(Comm& c) {
 
 void Tuner::probe(Comm& c) {
   const int n = c.size();
+  const bool long_link = c.net.round_trip() >= Transport::kLongRoundTrip;
+  const double paced = c.net.peer_rate() * (n - 1);  // what this rank may send to all its peers at once
+  if (paced > 0) push(inv_bw_, 1.0 / paced);
+  if (long_link && paced > 0) {
+    // Over a long link whose rate the user gave, every figure the rounds would time is known:
+    // the rate, and a message's latency, half the round trip the kernel measured (there the
+    // 8-byte ring rounds time that and nothing else: four one-way delays of a group's first call).
+    probe_alpha_ = c.net.round_trip() / 2;
+    return;
+  }
+  const auto t0 = Clock::now();
   const std::shared_ptr<uint8_t> out_buf = c.dev.alloc(kProbeBytes), in_buf = c.dev.alloc(kProbeBytes * (n - 1));
   c.dev.zero(out_buf.get(), kProbeBytes);
   uint8_t *out = out_buf.get(), *in = in_buf.get();
@@ -171,19 +184,14 @@ void Tuner::probe(Comm& c) {
   // the hosts' copies bound teaches it) and only open their connections, and one untimed
   // exchange between every pair and one untimed gather open the gathers' before they are timed
   // (with less of that opening, the gathers agreed 0.2 Gbit/s again). A link whose rate the user
-  // gave (Options.link_gbit: the connections are paced to it) needs neither: its rate is what
-  // this rank may send to all its peers at once.
-  const bool long_link = c.net.round_trip() >= Transport::kLongRoundTrip;
-  const double paced = c.net.peer_rate() * (n - 1);
-  if (!long_link || paced <= 0) {
+  // gave (Options.link_gbit: the connections are paced to it) needs no gathers.
+  if (!long_link) {
     // The first large round is not timed: a fresh connection's first megabyte (TCP windows
     // growing) and a shaped link's burst would both mislead.
     ring_step(c, out, in, kProbeBytes, kProbeStep + 4);
     for (uint32_t i = 5; i <= 7; ++i) big.push_back(ring_step(c, out, in, kProbeBytes, kProbeStep + i));
   }
-  if (paced > 0) {
-    push(inv_bw_, 1.0 / paced);
-  } else {
+  if (paced <= 0) {
     if (long_link) {
       exchange_step(c, out, in, kProbeBytes, kProbeStep + 12);
       gather_step(c, out, in, kProbeBytes, kProbeStep + 13);
@@ -199,6 +207,8 @@ void Tuner::probe(Comm& c) {
   // A ring round moves one buffer per rank, on every rank's link at once: what the host copies
   // per rank. A gather moves n-1 buffers through rank 0's link alone.
   if (!long_link) push(inv_host_, (least(big, 0) - least(small, 0)) / kProbeBytes);
+  std::lock_guard<std::mutex> lock(mu_);  // summary() reads it from any thread
+  probe_seconds_ = since(t0);
 }
 
 void Tuner::agree(Comm& c, const std::vector<CodecCandidate>* candidates) {
@@ -245,35 +255,61 @@ void Tuner::agree(Comm& c, const std::vector<CodecCandidate>* candidates) {
   const size_t first_price = v.size();
   for (const auto& [key, w] : seconds_) v.insert(v.end(), {way_price(w), static_cast<double>(w.size())});
   const int n = c.size();
-  if (n > 1) {  // star: rank 0 combines in rank order and sends its bits to all
+  // The ranks' figures into one: a way's price is its slowest rank's (a call is over when every
+  // rank is done: the ranks' mean priced the star and the tree, whose ranks finish far apart, at
+  // 0.2-0.4x the call -- 256 KiB, 1 Gbit/s, 4 ranks: star priced 1.7 ms, its calls took ~8 ms --,
+  // so after the link slowed they kept running); the other figures are the ranks' mean. In rank
+  // order: whoever combines gets the same bits.
+  auto combine = [&](const std::vector<std::vector<double>>& all) {
+    for (size_t i = 0; i < v.size(); ++i) {
+      const bool price = i == kCall || (i >= first_price && (i - first_price) % 2 == 0);
+      double sum = 0, most = 0;
+      int offered = 0;
+      for (int j = 0; j < n; ++j) {
+        if (std::isnan(all[j][i])) continue;
+        sum += all[j][i], most = std::max(most, all[j][i]), ++offered;
+      }
+      v[i] = offered == 0 ? none : price ? most : sum / offered;
+    }
+  };
+  if (n > 1) {
     // Through the compute's memory (a device's transport moves device memory; on the host
-    // these copies are the only cost, a few hundred bytes).
+    // these copies are the only cost, a few hundred bytes). Up to kExchangeRanks ranks every
+    // rank sends its figures to every other and combines them itself: one message delay, where
+    // rank 0's gather and answer cost two (over a 100 ms link, a round trip at every refresh,
+    // and a group's first call pays one). More ranks: rank 0 combines and sends its bits to all
+    // (n-1 messages each way, not n(n-1)). The size decides: every rank takes the same way.
     const size_t bytes = v.size() * sizeof(double);
     const std::shared_ptr<uint8_t> buf = c.dev.alloc(bytes * static_cast<size_t>(n));
     uint8_t* mine = buf.get();
-    if (c.rank() == 0) {
-      std::vector<std::vector<double>> all(n, std::vector<double>(v.size()));
-      // Every receive posted before the first wait: over Gloo's TCP a message moves only once
-      // its receive is posted, so one at a time the gather took n-1 round trips in turn.
+    const int r = c.rank();
+    std::vector<std::vector<double>> all(n, std::vector<double>(v.size()));
+    all[r] = v;
+    // Every receive posted before the first wait: over Gloo's TCP a message moves only once
+    // its receive is posted, so one at a time the gather took n-1 round trips in turn.
+    auto gather = [&](int from_k, auto peer_of) {
       std::vector<std::unique_ptr<Request>> recvs;
-      for (int j = 1; j < n; ++j) recvs.push_back(c.post_recv(mine + j * bytes, bytes, j, c.tag(kGatherStep)));
+      for (int k = from_k; k < n; ++k) {
+        const int j = peer_of(k);
+        recvs.push_back(c.post_recv(mine + j * bytes, bytes, j, c.tag(kGatherStep)));
+      }
+      return recvs;
+    };
+    if (n <= kExchangeRanks) {
+      auto peer = [&](int k) { return (r + k) % n; };
+      c.dev.to_device(mine + r * bytes, v.data(), bytes);
+      auto recvs = gather(1, peer);
+      std::vector<std::unique_ptr<Request>> sends;
+      for (int k = 1; k < n; ++k) sends.push_back(c.post_send(mine + r * bytes, bytes, peer(k), c.tag(kGatherStep)));
+      for (int k = 1; k < n; ++k) c.wait(*recvs[k - 1], peer(k), "auto-tuning agreement: receive from");
+      for (int k = 1; k < n; ++k) c.wait(*sends[k - 1], peer(k), "auto-tuning agreement: send to");
+      for (int k = 1; k < n; ++k) c.dev.to_host(all[peer(k)].data(), mine + peer(k) * bytes, bytes);
+      combine(all);
+    } else if (r == 0) {
+      auto recvs = gather(1, [](int k) { return k; });
       for (int j = 1; j < n; ++j) c.wait(*recvs[j - 1], j, "auto-tuning agreement: receive from");
       for (int j = 1; j < n; ++j) c.dev.to_host(all[j].data(), mine + j * bytes, bytes);
-      all[0] = v;
-      for (size_t i = 0; i < v.size(); ++i) {
-        // A way's price is its slowest rank's: a call is over when every rank is done. The
-        // ranks' mean priced the star and the tree (whose ranks finish far apart) at 0.2-0.4x
-        // the call (256 KiB, 1 Gbit/s, 4 ranks: star priced 1.7 ms, its calls took ~8 ms), so
-        // after the link slowed they kept running. The other figures are the ranks' mean.
-        const bool price = i == kCall || (i >= first_price && (i - first_price) % 2 == 0);
-        double sum = 0, most = 0;
-        int offered = 0;
-        for (int j = 0; j < n; ++j) {
-          if (std::isnan(all[j][i])) continue;
-          sum += all[j][i], most = std::max(most, all[j][i]), ++offered;
-        }
-        v[i] = offered == 0 ? none : price ? most : sum / offered;
-      }
+      combine(all);
       c.dev.to_device(mine, v.data(), bytes);
       std::vector<std::unique_ptr<Request>> sends;
       for (int j = 1; j < n; ++j) sends.push_back(c.post_send(mine, bytes, j, c.tag(kResultStep)));
@@ -530,6 +566,7 @@ Tuner::Summary Tuner::summary() const {
   s.tours = tours_;
   s.changes = changes_;
   s.refresh_seconds = refresh_seconds_;
+  s.probe_seconds = probe_seconds_;
   return s;
 }
 

@@ -130,6 +130,7 @@ class Tuner {
     uint64_t calls = 0, refreshes = 0, explorations = 0, tours = 0;
     uint64_t changes = 0;        // lasting changes seen (the running way's price grew 2x: tuner.cc kChange)
     double refresh_seconds = 0;  // agreed: what the last refresh took
+    double probe_seconds = 0;    // this rank's: what the group's probe took (0: it sent nothing)
     std::map<std::string, uint64_t> codec_choices, algorithm_choices, way_choices;
     struct Params {
       cost::Link link;
@@ -234,6 +235,7 @@ class Tuner {
   cost::Link link_;
   double codec_scale_agreed_ = 1;
   double refresh_seconds_ = 0;  // agreed: the ranks' mean time of the previous agreement
+  double probe_seconds_ = 0;    // this rank's probe (Summary::probe_seconds)
   std::map<std::string, cost::CodecSpeed> codecs_;
   std::map<std::string, Measured> measured_;
   // Keys whose measurement expired, at their last agreed price: an expired way is measured again

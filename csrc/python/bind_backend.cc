@@ -172,6 +172,7 @@ void bind_backend(py::module_& m) {
              d["flat_reason"] = b.flat_reason();
              d["transport"] = b.transport_name();
              d["connections"] = b.connections();
+             d["warmed"] = b.warmed_connections();
              return d;
            })
       .def("compression_feedback", [](const RingzipBackend& b) { return b.compression().feedback(); })

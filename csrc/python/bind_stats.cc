@@ -62,6 +62,7 @@ void bind_stats(py::module_& m) {
       .def_readonly("tours", &Summary::tours)
       .def_readonly("changes", &Summary::changes)
       .def_readonly("refresh_s", &Summary::refresh_seconds)
+      .def_readonly("probe_s", &Summary::probe_seconds)
       .def_readonly("codec_choices", &Summary::codec_choices)
       .def_readonly("algorithm_choices", &Summary::algorithm_choices)
       .def_readonly("way_choices", &Summary::way_choices)  // the codec or dense algorithm with the algorithm it ran

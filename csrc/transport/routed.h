@@ -31,6 +31,7 @@ class RoutedTransport final : public Transport {
   double window_bytes() const override { return wide_->window_bytes(); }
   void pace(double bits_per_s) override { wide_->pace(bits_per_s); }
   double peer_rate() const override { return wide_->peer_rate(); }
+  int warmed() const override { return wide_->warmed(); }
   int connections(int peer) const override {
     return index_.at(peer) >= 0 ? local_->connections(index_[peer]) : wide_->connections(peer);
   }

@@ -76,6 +76,9 @@ class Transport {
   virtual void pace(double bits_per_s) {}
   // Bytes per second one peer's connections may carry together under pace(); 0: no such bound.
   virtual double peer_rate() const { return 0; }
+  // How many of this rank's connections opened their windows in the background when the group
+  // was created (a long link whose rate was given: transport/tcp/engine.h, Engine::warm).
+  virtual int warmed() const { return 0; }
   // The transport's own collectives (NCCL's), or null (host transports).
   virtual NativeCollectives* native() { return nullptr; }
   // A hand-off between threads of one rank inside a schedule (the node-aware pipeline): point

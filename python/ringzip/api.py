@@ -51,13 +51,16 @@ def stats(group=None, reset: bool = False) -> dict:
     steps inside the node; ``bytes_wire`` and ``ratio`` then count what crossed between nodes),
     the error-feedback memory in
     ``residual_bytes``, under ``topology`` the group's node layout (nodes, ranks_per_node,
-    node_of, whether all-reduce and reduce-scatter run node-aware and if not why, the transport),
+    node_of, whether all-reduce and reduce-scatter run node-aware and if not why, the transport,
+    the connections to each peer, and how many opened their windows when the group was created:
+    ``warmed``, a long link whose rate was given),
     and under ``auto``, once algorithm="auto" or codec="auto" has chosen anything or a fixed
     codec's SRA call was planned (its segment length: a choice with one candidate; calls whose
     parts span more than one 2 MiB segment), the cost
     model's side: calls, refreshes of the agreed parameters (refresh_s: what the last one
-    took), explorations and tours (calls that ran a way not measured at its size, to measure
-    it), changes (lasting slowdowns seen: the running way's price grew 2x between two
+    took; probe_s: what this rank's probe of the link took at the first, 0 where it needed no
+    rounds: a long link whose rate was given), explorations and tours (calls that ran a way
+    not measured at its size, to measure it), changes (lasting slowdowns seen: the running way's price grew 2x between two
     refreshes, so its size class's other prices moved with it and every candidate ran once
     again), codec_choices and algorithm_choices (counts per codec / dense algorithm chosen),
     way_choices (counts per way: ``q4/sra``, ``none/tree``, or a dense algorithm), params

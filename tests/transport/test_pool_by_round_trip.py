@@ -45,9 +45,10 @@ base = torch.arange(1 << 20, dtype=torch.float32)  # 4 MiB: striped over a pool 
 x = base + rank
 dist.all_reduce(x)
 ok = torch.equal(x, base * n + n * (n - 1) // 2)
-params = (ringzip.stats(dist.group.WORLD).get("auto") or {}).get("params")
-print(json.dumps({"rank": rank, "connections": backend.connections, "transport": backend.transport, "ok": ok,
-                  "params": params, "window": window, "link_gbit": float(os.environ.get("RINGZIP_LINK_GBIT", 0))}))
+auto = ringzip.stats(dist.group.WORLD).get("auto") or {}
+params, probe_s = auto.get("params"), auto.get("probe_s")
+print(json.dumps({"rank": rank, "connections": backend.connections, "warmed": ringzip.stats()["topology"]["warmed"], "transport": backend.transport, "ok": ok,
+                  "params": params, "probe_s": probe_s, "window": window, "link_gbit": float(os.environ.get("RINGZIP_LINK_GBIT", 0))}))
 dist.destroy_process_group()
 """
 
@@ -105,6 +106,8 @@ def test_each_pair_opens_the_pool_its_round_trip_asks_for(delay_s, windows, acro
         want = [0 if p == r else 1 if p // PER_NODE == node else across for p in range(NODES * PER_NODE)]
         assert row["connections"] == want, rows
         assert row["ok"] and row["transport"] == "shm+tcp", rows
+        # The far peers' connections warmed where the rate is given over a long link, none else.
+        assert row["warmed"] == (2 * across if windows and delay_s else 0), rows
 
 
 @pytest.mark.parametrize("delay_s", [0.0, 0.005], ids=["no-delay", "rtt-10ms"])
@@ -118,11 +121,13 @@ def test_the_probe_over_a_long_link_takes_no_host_figure(delay_s):
     long_link = params[0]["alpha_s"] >= 0.004  # half the round trip the kernel measured
     assert long_link == (delay_s > 0), params
     assert (params[0]["host_gbit"] == 0) == long_link, params
+    assert all(row["probe_s"] > 0 for row in rows), rows  # it ran its rounds: no rate was given
 
 
-def test_a_given_rate_sizes_the_pool_by_rate_times_round_trip():
+def test_a_given_rate_sizes_the_pool_and_spares_the_probe():
     """With the link's rate given, a pair opens as many connections as its rate keeps windows in
-    flight over its round trip (here about 3.5 over RTT 10 ms: 4), not the 2 of a rate unknown."""
+    flight over its round trip (here about 3.5 over RTT 10 ms: 4), not the one of a rate unknown,
+    and the cost model's probe sends nothing."""
     _need_tun()
     rows = _run(0.005, "e", per_node=1, windows=3.5)
     assert all(row["ok"] and row["transport"] == "tcp" for row in rows), rows
@@ -131,3 +136,10 @@ def test_a_given_rate_sizes_the_pool_by_rate_times_round_trip():
     # the handshake's round trip: the link's 10 ms and a little
     allowed = {math.ceil(rate * rtt / rows[0]["window"]) for rtt in (0.0100, 0.0115)}
     assert len(pools) == 1 and pools <= allowed and min(pools) > 2, (pools, allowed, rows)
+    # Nor does the cost model's probe time rounds there: the rate is given, a message's latency
+    # is half the round trip the kernel measured.
+    assert all(row["probe_s"] == 0 for row in rows), rows
+    # and the new connections opened their windows as the group was created, each a round
+    # trip of its share (then the 4 MiB all-reduce above, queued behind those bytes, was right).
+    assert all(row["warmed"] == row["connections"][1 - row["rank"]] for row in rows), rows
+    assert rows[0]["params"] == rows[1]["params"] and 0.0049 < rows[0]["params"]["alpha_s"] < 0.006, rows

@@ -17,6 +17,8 @@
 #include "transport/stripes.h"
 #include "transport/tcp/kept.h"
 #include "transport/tcp/rtt.h"
+#include "transport/tcp/wire.h"
+#include "transport/transport.h"
 
 namespace ringzip::tcp {
 namespace {
@@ -26,6 +28,12 @@ namespace {
 constexpr size_t kReadSlice = 4 << 20;
 // A header announcing more than this is not ours (a stray or corrupted stream).
 constexpr uint64_t kMaxMessage = uint64_t{1} << 42;
+// Warm-up bytes (Engine::warm) go out in frames of at most this, all read from one zero buffer.
+constexpr size_t kWarmFrame = 1 << 20;
+const std::vector<char>& zeros() {
+  static const std::vector<char> z(kWarmFrame);
+  return z;
+}
 
 bool again(int err) { return err == EAGAIN || err == EWOULDBLOCK; }
 
@@ -47,7 +55,8 @@ struct Engine::Part {
   std::shared_ptr<Op> op;
   char* data;
   size_t len;
-  uint64_t seq = 0;  // sends: the message's number on its connection
+  uint64_t seq = 0;       // sends: the message's number on its connection
+  uint32_t kind = kData;  // sends: kData, or kWarm (Engine::warm)
 };
 
 // A message that arrived before its receive: buffered whole; a receive posted while it still
@@ -248,6 +257,28 @@ double Engine::min_round_trip() const {
   return least * 1e-6;
 }
 
+int Engine::warm(double pair_rate) {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (!(pair_rate > 0) || !shut_.empty() || closed_) return 0;
+  int warmed = 0;
+  for (const auto& row : conns_)
+    for (const auto& c : row) {
+      const double rtt = c->closed.empty() ? min_rtt_us(c->fd) * 1e-6 : 0;
+      const auto bytes = static_cast<size_t>(std::min(pair_rate * rtt / static_cast<double>(row.size()), 1e12));
+      if (rtt < Transport::kLongRoundTrip || window_now(c->fd) >= bytes) continue;
+      const bool idle = c->out.empty();
+      auto op = std::make_shared<Op>(Op{true, c->peer, 0, bytes, 0});
+      for (size_t done = 0; done < bytes; done += kWarmFrame) {
+        ++op->pending;
+        c->out.push_back(std::make_shared<Part>(
+            Part{op, const_cast<char*>(zeros().data()), std::min(kWarmFrame, bytes - done), c->next_seq++, kWarm}));
+      }
+      if (idle) write_some(*c);
+      ++warmed;
+    }
+  return warmed;
+}
+
 void Engine::close() noexcept {
   std::vector<Kept> kept;
   {
@@ -296,7 +327,7 @@ void Engine::write_some(Conn& c) {
       }
       return close_conn(c, "ringzip: a send to rank " + std::to_string(c.peer) + " failed half-way");
     }
-    const Frame f{kData, part.op->tag, part.len, part.seq};
+    const Frame f{part.kind, part.op->tag, part.len, part.seq};
     iovec iov[2];
     int k = 0;
     if (c.out_done < sizeof f) iov[k++] = {const_cast<char*>(reinterpret_cast<const char*>(&f)) + c.out_done, sizeof f - c.out_done};
@@ -367,9 +398,14 @@ void Engine::read_some(Conn& c) {
 void Engine::on_frame(Conn& c) {
   const Frame& f = c.in;
   if (f.kind == kRelease && f.bytes == 0 && f.seq == c.in_seq) return on_release(c);
-  if (f.kind != kData || f.bytes == 0 || f.bytes > kMaxMessage || f.seq != c.in_seq++)
+  if ((f.kind != kData && f.kind != kWarm) || f.bytes == 0 || f.bytes > kMaxMessage || f.seq != c.in_seq++)
     return close_conn(c, "ringzip: the stream from rank " + std::to_string(c.peer) +
                              " holds a frame this build does not know (a corrupted stream, or another program)");
+  if (f.kind == kWarm) {  // nobody's: through the sink
+    c.in_body = true;
+    c.in_got = 0;
+    return;
+  }
   begin_message(c);
 }
 

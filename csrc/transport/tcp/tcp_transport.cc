@@ -60,6 +60,10 @@ class TcpTransport final : public Transport {
     e_->pace(rate_);
   }
   double peer_rate() const override { return rate_; }
+  // Paced (pace()), a long link's new connections open their windows in the background
+  // (Engine::warm): a round trip of the pair's share of the link each.
+  void warm() { warmed_ = e_->warm(rate_); }
+  int warmed() const override { return warmed_; }
   double window_bytes() const override {
     double least = 0;
     for (int p = 0; p < size(); ++p)
@@ -71,6 +75,7 @@ class TcpTransport final : public Transport {
   std::shared_ptr<Engine> e_;
   double window_;  // one connection's (tcp::Connected::window_bytes)
   std::atomic<double> rate_{0};  // one peer's connections together, bytes/s (pace); 0: unpaced
+  int warmed_ = 0;  // connections warm() warmed
 };
 
 }  // namespace
@@ -86,8 +91,13 @@ std::unique_ptr<Transport> make_tcp_transport(const c10::intrusive_ptr<c10d::Sto
       }};
   auto c = tcp::connect_all(rank, size, options.connections, pair_rate(options.link_gbit * 1e9, size), options.address,
                             meeting, timeout);
-  return std::make_unique<TcpTransport>(std::make_shared<Engine>(rank, size, std::move(c.sockets), std::move(c.processes)),
-                                        c.window_bytes);
+  auto t = std::make_unique<TcpTransport>(std::make_shared<Engine>(rank, size, std::move(c.sockets), std::move(c.processes)),
+                                          c.window_bytes);
+  if (options.link_gbit > 0) {  // the link's rate given: paced from the first byte (configure paces it again)
+    t->pace(options.link_gbit * 1e9);
+    t->warm();
+  }
+  return t;
 }
 
 }  // namespace ringzip

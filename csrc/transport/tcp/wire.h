@@ -1,7 +1,8 @@
 #pragma once
 // What the TCP transport puts on a connection: a greeting when a group takes the connection
 // (new, or kept from a group before: kept.h), then messages, each a frame header and its bytes,
-// and a release frame when the group closes cleanly.
+// and a release frame when the group closes cleanly. A connection over a long link may also
+// carry warm-up frames, whose bytes nobody receives (engine.h, Engine::warm).
 #include <cstdint>
 
 namespace ringzip::tcp {
@@ -9,6 +10,7 @@ namespace ringzip::tcp {
 constexpr uint32_t kHello = 0x33485a52;    // "RZH3"
 constexpr uint32_t kData = 0x31445a52;     // "RZD1": a message of `bytes` bytes follows
 constexpr uint32_t kRelease = 0x31525a52;  // "RZR1": the sender's group closed; nothing follows for it
+constexpr uint32_t kWarm = 0x31575a52;     // "RZW1": `bytes` bytes follow that open a new connection's window (discarded)
 
 struct Hello {
   uint32_t magic;
