@@ -34,12 +34,14 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--algorithm", default="auto", choices=["auto", "ring", "rd"])
     parser.add_argument("--codec", default="none", help="gradient codec, e.g. q8, q4, topk:0.01")
+    parser.add_argument("--link-gbit", type=float, default=0.0,
+                        help="each machine's link to the others, Gbit/s, where you know it (ringzip.Options(link_gbit=...))")
     args = parser.parse_args()
 
     torch.set_num_threads(1)
     dist.init_process_group(
         "ringzip",
-        pg_options=ringzip.Options(algorithm=args.algorithm, codec=args.codec,
+        pg_options=ringzip.Options(algorithm=args.algorithm, codec=args.codec, link_gbit=args.link_gbit,
                                    timeout=datetime.timedelta(seconds=120)),
     )
     rank, world = dist.get_rank(), dist.get_world_size()

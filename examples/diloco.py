@@ -44,6 +44,8 @@ def parse_args(argv=None):
     p.add_argument("--kill", action="append", default=[], metavar="REPLICA:STEP",
                    help="SIGKILL this replica when it reaches this outer step, then start it again")
     p.add_argument("--timeout", type=float, default=30.0, help="seconds before a step with a dead peer fails")
+    p.add_argument("--link-gbit", type=float, default=0.0,
+                   help="each site's link to the others, Gbit/s, where you know it (ringzip.Options(link_gbit=...))")
     p.add_argument("--replica", type=int, help="run this one replica (across machines; with --lighthouse)")
     p.add_argument("--lighthouse", help="the Lighthouse's address (http://HOST:PORT) for --replica")
     p.add_argument("--host", default="127.0.0.1", help="the address the other replicas reach this one at")
@@ -90,7 +92,8 @@ def replica(args) -> None:
         from torchft.process_group import ProcessGroupGloo
         pg = ProcessGroupGloo(timeout=timedelta(seconds=args.timeout))
     else:
-        pg = ProcessGroupRingzip(ringzip.Options(codec=args.codec, error_feedback=True, min_numel=0),
+        pg = ProcessGroupRingzip(ringzip.Options(codec=args.codec, error_feedback=True, min_numel=0,
+                                                 link_gbit=args.link_gbit),
                                  timeout=timedelta(seconds=args.timeout))
     manager = torchft.Manager(
         pg=pg, min_replica_size=args.min_replicas, load_state_dict=load_state_dict, state_dict=state_dict,
