@@ -111,16 +111,21 @@ double ring_step(Comm& c, uint8_t* out, uint8_t* in, size_t bytes, uint32_t step
   return since(t0);
 }
 
-// Every rank sends `bytes` to every other at once: untimed, it opens the windows of a long
-// link's new connections (see probe).
-void exchange_step(Comm& c, uint8_t* out, uint8_t* in, size_t bytes, uint32_t step) {
+// The peer `k` places after this rank (k = 1 .. n-1): exchange_step's order.
+int peer_after(const Comm& c, int k) { return (c.rank() + k) % c.size(); }
+
+// Every rank sends `bytes` to every other at once; the message of peer_after(k) lands at
+// in + (k - 1) * bytes. Untimed in the probe, where it opens the windows of a long link's new
+// connections; the agreement's exchange of figures.
+void exchange_step(Comm& c, uint8_t* out, uint8_t* in, size_t bytes, uint32_t step, bool agreement = false) {
   const int n = c.size();
-  auto peer = [&](int k) { return (c.rank() + k) % n; };
+  const char* recv_what = agreement ? "auto-tuning agreement: receive from" : "auto-tuning probe: receive from";
+  const char* send_what = agreement ? "auto-tuning agreement: send to" : "auto-tuning probe: send to";
   std::vector<std::unique_ptr<Request>> recvs, sends;
-  for (int k = 1; k < n; ++k) recvs.push_back(c.post_recv(in + (k - 1) * bytes, bytes, peer(k), c.tag(step)));
-  for (int k = 1; k < n; ++k) sends.push_back(c.post_send(out, bytes, peer(k), c.tag(step)));
-  for (int k = 1; k < n; ++k) c.wait(*recvs[k - 1], peer(k), "auto-tuning probe: receive from");
-  for (int k = 1; k < n; ++k) c.wait(*sends[k - 1], peer(k), "auto-tuning probe: send to");
+  for (int k = 1; k < n; ++k) recvs.push_back(c.post_recv(in + (k - 1) * bytes, bytes, peer_after(c, k), c.tag(step)));
+  for (int k = 1; k < n; ++k) sends.push_back(c.post_send(out, bytes, peer_after(c, k), c.tag(step)));
+  for (int k = 1; k < n; ++k) c.wait(*recvs[k - 1], peer_after(c, k), recv_what);
+  for (int k = 1; k < n; ++k) c.wait(*sends[k - 1], peer_after(c, k), send_what);
   c.dev.sync();
 }
 
@@ -282,31 +287,18 @@ void Tuner::agree(Comm& c, const std::vector<CodecCandidate>* candidates) {
     const size_t bytes = v.size() * sizeof(double);
     const std::shared_ptr<uint8_t> buf = c.dev.alloc(bytes * static_cast<size_t>(n));
     uint8_t* mine = buf.get();
-    const int r = c.rank();
     std::vector<std::vector<double>> all(n, std::vector<double>(v.size()));
-    all[r] = v;
-    // Every receive posted before the first wait: over Gloo's TCP a message moves only once
-    // its receive is posted, so one at a time the gather took n-1 round trips in turn.
-    auto gather = [&](int from_k, auto peer_of) {
-      std::vector<std::unique_ptr<Request>> recvs;
-      for (int k = from_k; k < n; ++k) {
-        const int j = peer_of(k);
-        recvs.push_back(c.post_recv(mine + j * bytes, bytes, j, c.tag(kGatherStep)));
-      }
-      return recvs;
-    };
-    if (n <= kExchangeRanks) {
-      auto peer = [&](int k) { return (r + k) % n; };
-      c.dev.to_device(mine + r * bytes, v.data(), bytes);
-      auto recvs = gather(1, peer);
-      std::vector<std::unique_ptr<Request>> sends;
-      for (int k = 1; k < n; ++k) sends.push_back(c.post_send(mine + r * bytes, bytes, peer(k), c.tag(kGatherStep)));
-      for (int k = 1; k < n; ++k) c.wait(*recvs[k - 1], peer(k), "auto-tuning agreement: receive from");
-      for (int k = 1; k < n; ++k) c.wait(*sends[k - 1], peer(k), "auto-tuning agreement: send to");
-      for (int k = 1; k < n; ++k) c.dev.to_host(all[peer(k)].data(), mine + peer(k) * bytes, bytes);
+    all[c.rank()] = v;
+    if (n <= kExchangeRanks) {  // this rank's figures first, then the others' in exchange order
+      c.dev.to_device(mine, v.data(), bytes);
+      exchange_step(c, mine, mine + bytes, bytes, kGatherStep, true);
+      for (int k = 1; k < n; ++k) c.dev.to_host(all[peer_after(c, k)].data(), mine + k * bytes, bytes);
       combine(all);
-    } else if (r == 0) {
-      auto recvs = gather(1, [](int k) { return k; });
+    } else if (c.rank() == 0) {
+      // Every receive posted before the first wait: over Gloo's TCP a message moves only once
+      // its receive is posted, so one at a time the gather took n-1 round trips in turn.
+      std::vector<std::unique_ptr<Request>> recvs;
+      for (int j = 1; j < n; ++j) recvs.push_back(c.post_recv(mine + j * bytes, bytes, j, c.tag(kGatherStep)));
       for (int j = 1; j < n; ++j) c.wait(*recvs[j - 1], j, "auto-tuning agreement: receive from");
       for (int j = 1; j < n; ++j) c.dev.to_host(all[j].data(), mine + j * bytes, bytes);
       combine(all);

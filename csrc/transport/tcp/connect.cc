@@ -277,6 +277,7 @@ Connected connect_all(int rank, int size, int connections, double pair_rate, con
       }
   };
   const size_t most = connections > 0 ? static_cast<size_t>(connections) : kMaxPool;
+  out.window_bytes = window_bytes();
   for (int p = 0; p < rank; ++p) {
     wheres[p] = meeting.lookup(p);
     peers[p] = parse(rank, p, wheres[p]);
@@ -299,7 +300,7 @@ Connected connect_all(int rank, int size, int connections, double pair_rate, con
   std::vector<uint32_t> pool(rank);
   for (int p = 0; p < rank; ++p) {
     const int first = reusable[p].empty() ? to[p][0].fd : reusable[p][0].fd;
-    pool[p] = connections > 0 ? connections : pool_for(min_rtt_us(first), pair_rate, window_bytes());
+    pool[p] = connections > 0 ? connections : pool_for(min_rtt_us(first), pair_rate, out.window_bytes);
     for (Kept& k : reusable[p]) {
       if (to[p].size() < pool[p]) {
         to[p].push_back({fds.add(k.fd), false});
@@ -375,7 +376,6 @@ Connected connect_all(int rank, int size, int connections, double pair_rate, con
     if (!why.empty()) fail(rank, "a peer's greeting failed: " + why);
     place(hello, fd);
   }
-  out.window_bytes = window_bytes();
   // The sockets stay non-blocking (the engine's mode); only the listener goes.
   fds.release();
   ::close(listener);

@@ -257,14 +257,15 @@ double Engine::min_round_trip() const {
   return least * 1e-6;
 }
 
-int Engine::warm(double pair_rate) {
+int Engine::warm(double pair_rate, double window) {
   std::lock_guard<std::mutex> lk(mu_);
-  if (!(pair_rate > 0) || !shut_.empty() || closed_) return 0;
+  if (!(pair_rate > 0) || !(window > 0) || !shut_.empty() || closed_) return 0;
   int warmed = 0;
   for (const auto& row : conns_)
     for (const auto& c : row) {
       const double rtt = c->closed.empty() ? min_rtt_us(c->fd) * 1e-6 : 0;
-      const auto bytes = static_cast<size_t>(std::min(pair_rate * rtt / static_cast<double>(row.size()), 1e12));
+      // A rate given far above the link's must not send gigabytes: no more than a window is in flight.
+      const auto bytes = static_cast<size_t>(std::min(pair_rate * rtt / static_cast<double>(row.size()), window));
       if (rtt < Transport::kLongRoundTrip || window_now(c->fd) >= bytes) continue;
       const bool idle = c->out.empty();
       auto op = std::make_shared<Op>(Op{true, c->peer, 0, bytes, 0});

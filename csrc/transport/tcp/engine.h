@@ -87,11 +87,12 @@ class Engine {
   // Opens the windows of connections over a long link (a round trip of Transport::kLongRoundTrip
   // or more): each connection to a peer whose congestion window is below its share of what the
   // pair's rate `pair_rate` (bytes/s) keeps in flight over its round trip (split over the pair's
-  // pool) is sent that share, which the peer discards, ahead of anything posted later.
+  // pool; at most `window`, what one connection can keep in flight) is sent that share, which
+  // the peer discards, ahead of anything posted later.
   // A new connection's window grows a round trip at a time as its bytes are acknowledged; so it
   // grows while the group's creator does other work, not in the group's first calls. Returns
   // how many connections it warms.
-  int warm(double pair_rate);
+  int warm(double pair_rate, double window);
   // Stops the thread; pending operations fail. Idle, healthy connections are kept for the next
   // group (kept.h), the others closed.
   void close() noexcept;

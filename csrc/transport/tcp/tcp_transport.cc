@@ -62,7 +62,7 @@ class TcpTransport final : public Transport {
   double peer_rate() const override { return rate_; }
   // Paced (pace()), a long link's new connections open their windows in the background
   // (Engine::warm): a round trip of the pair's share of the link each.
-  void warm() { warmed_ = e_->warm(rate_); }
+  void warm() { warmed_ = e_->warm(rate_, window_); }
   int warmed() const override { return warmed_; }
   double window_bytes() const override {
     double least = 0;

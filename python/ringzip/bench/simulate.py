@@ -379,11 +379,15 @@ def _pace_gbit(header: dict, ranks: int) -> float:
     """What one rank's streams to a peer were paced to: Options.link_gbit of the sweep's command
     (--ropt link_gbit=R), the share of it the transport paces each of its ranks - 1 peers to; 0
     unpaced."""
+    return _pace_share(float(_ropt(header).get("link_gbit", 0)), ranks)
+
+
+def _ropt(header: dict) -> dict:
+    """The ringzip.Options the sweep's command gave (--ropt KEY=VALUE), as text."""
     from .common import parse_key_values
 
     argv = header.get("argv") or []
-    rate = float(parse_key_values([v for f, v in zip(argv, argv[1:]) if f == "--ropt"]).get("link_gbit", 0))
-    return _pace_share(rate, ranks)
+    return parse_key_values([value for flag, value in zip(argv, argv[1:]) if flag == "--ropt"])
 
 
 def _pace_share(link_gbit: float, ranks: int) -> float:
@@ -399,14 +403,10 @@ def _connections(header: dict) -> int:
     KEY=VALUE; 0: two where the round trip is 5 ms or more, as each pair of ranks chose before the
     pool was sized by the link's rate), else 1
     (the default, and what the builds that did not record them had)."""
-    from .common import parse_key_values
-
     got = [c for topo in (header.get("topology") or {}).values() for c in topo.get("connections") or []]
     if got:
         return max(got)
-    argv = header.get("argv") or []
-    ropt = [value for flag, value in zip(argv, argv[1:]) if flag == "--ropt"]
-    asked = int(parse_key_values(ropt).get("connections", 1))
+    asked = int(_ropt(header).get("connections", 1))
     return asked or (2 if 2 * header.get("delay_ms", 0.0) >= 5.0 else 1)
 
 
