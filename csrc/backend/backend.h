@@ -101,6 +101,13 @@ class RingzipBackend final : public c10d::Backend {
   // Applies every setting or none: each is parsed and checked first (std::invalid_argument), so
   // a rejected change leaves the group as it was (set_options).
   void configure(const GroupOptions& o);
+  // As the group is created, where its cost model needs nothing measured -- the link's rate was
+  // given over a long link (plan/tuner.cc probe) --, its first agreement runs on the worker at
+  // once, behind the job's own setup, not in the group's first call (a message delay there:
+  // 50 ms of a 1 MiB call's 80 over a 100 ms round trip). Every rank of the group decides alike
+  // (the options, and the longest round trip: Transport::round_trip), and so queues it as the
+  // same call. A membership change calls it after seeding the figures (then it sends nothing).
+  void agree_early();
   // The options applied last (ringzip.get_options reads them).
   GroupOptions group_options() const { return planner_.settings().options; }
   HierarchyMode hierarchy() const { return planner_.hierarchy(); }

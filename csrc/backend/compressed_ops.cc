@@ -67,6 +67,26 @@ void RingzipBackend::configure(const GroupOptions& o) {
   }
 }
 
+void RingzipBackend::agree_early() {
+  if (size_ < 2 || !(net_->peer_rate() > 0) || net_->round_trip() < Transport::kLongRoundTrip) return;
+  const Settings s = planner_.settings();
+  if (s.algorithm != AllreduceAlgo::Auto && !s.cc.enabled()) return;  // no call asks the cost model
+  // The codecs the calls will ask about (as Planner::settle does): all of codec="auto"'s, or the
+  // one named; none for exact calls.
+  std::optional<std::vector<CodecCandidate>> candidates;
+  if (s.cc.autotune) {
+    candidates = s.cc.candidates;
+  } else if (s.cc.enabled()) {
+    const CompressionConfig named = as_named(s.cc);
+    candidates = std::vector<CodecCandidate>{{named.codec, named.parsed}};
+  }
+  Issue call = make_issue(c10d::OpType::BARRIER, "auto-tuning agreement", {}, c10d::BarrierOptions{});
+  call.async = true;  // queued: the creator goes on
+  submit(std::move(call), [this, candidates](Comm& c) {
+    planner_.tuner(Device::Host).prepare(c, candidates ? &*candidates : nullptr);
+  });
+}
+
 c10::intrusive_ptr<c10d::Work> RingzipBackend::compressed_work(DevicePath* path, Issue issue_, const at::Tensor& flat,
                                                                const at::Tensor& out, const at::Tensor& owner,
                                                                const c10d::ReduceOp& op, bool reduce_scatter, Call call,

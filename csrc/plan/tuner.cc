@@ -433,23 +433,26 @@ void Tuner::follow_changes(const std::map<std::string, double>& before) {
   }
 }
 
+void Tuner::prepare(Comm& c, const std::vector<CodecCandidate>* candidates) {
+  if (probed_) return;
+  // The kernels' speeds first (cached: measured in the background since the group was
+  // configured, or now): the probe's timed rounds must not share the cores with that
+  // measurement, on this rank or another (its first round lines the ranks up). Probed while
+  // the ranks still measured, 4 ranks on 2 cores agreed alpha at 1.7 ms instead of 30 us.
+  reduce_speed(c);
+  launch_seconds(c);
+  for (size_t i = 0; candidates && i < candidates->size(); ++i)
+    if ((*candidates)[i].spec.kind != codec::Kind::None) codec_speed(c, (*candidates)[i]);
+  if (c.size() > 1) probe(c);
+  probed_ = true;
+  agree(c, candidates);
+}
+
 void Tuner::maybe_refresh(Comm& c, const std::vector<CodecCandidate>* candidates) {
   bool missing = false;  // a codec the agreed table lacks (the options changed): measure it now
   for (size_t i = 0; candidates && i < candidates->size(); ++i)
     missing = missing || ((*candidates)[i].spec.kind != codec::Kind::None && !codecs_.count((*candidates)[i].name));
-  if (!probed_) {
-    // The kernels' speeds first (cached: measured in the background since the group was
-    // configured, or now): the probe's timed rounds must not share the cores with that
-    // measurement, on this rank or another (its first round lines the ranks up). Probed while
-    // the ranks still measured, 4 ranks on 2 cores agreed alpha at 1.7 ms instead of 30 us.
-    reduce_speed(c);
-    launch_seconds(c);
-    for (size_t i = 0; candidates && i < candidates->size(); ++i)
-      if ((*candidates)[i].spec.kind != codec::Kind::None) codec_speed(c, (*candidates)[i]);
-    if (c.size() > 1) probe(c);
-    probed_ = true;
-    return agree(c, candidates);
-  }
+  if (!probed_) return prepare(c, candidates);
   const double cost = std::max(refresh_seconds_, cost::dense_allreduce(AllreduceAlgo::Star, 64, c.size(), link_).total);
   // A way just tried for the first time at its size is agreed at once: its measurement decides.
   if (missing || since_ >= kMaxCalls || (!pending_.empty() && since_ >= 1) ||

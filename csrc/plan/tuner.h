@@ -119,6 +119,9 @@ class Tuner {
     std::map<std::string, cost::CodecSpeed> codecs;
   };
   std::optional<Figures> figures() const;
+  // The kernels' speeds, the probe and the first agreement, unless done (maybe_refresh runs it
+  // at the first call that asks; RingzipBackend::agree_early as the group is created).
+  void prepare(Comm& c, const std::vector<CodecCandidate>* candidates);
   // Before the first call: every rank of the group is given the same figures (agreed outside,
   // through the group's store), so the first call neither probes nor agrees; it plans from
   // them, and the calls teach and refresh them as usual. They are also what this rank offers

@@ -128,6 +128,7 @@ void bind_backend(py::module_& m) {
            py::call_guard<py::gil_scoped_release>())
       .def("enable_mismatch_watch", &RingzipBackend::enable_mismatch_watch, py::arg("store"),
            py::call_guard<py::gil_scoped_release>())
+      .def("agree_early", &RingzipBackend::agree_early, py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("broken_reason", &RingzipBackend::broken_reason)
       // Every option at once (ringzip.set_options): all are parsed and checked before any applies.
       .def(

@@ -54,10 +54,14 @@ class Transport {
   virtual void abort() {}
   // Releases connections and threads (group shutdown); later posts throw.
   virtual void close() {}
-  // The least round trip this rank's connections have seen, as the kernel measured it (TCP's
-  // minimum RTT), or 0 where the transport cannot tell: the cost model's probe takes half of it
-  // as the delay of a message, which its own rounds cannot time where sends are eager (a rank
-  // behind the others finds its messages already there).
+  // The longest round trip to any peer (each peer's the least its connections have seen, as
+  // the kernel measured it: TCP's minimum RTT), or 0 where the transport cannot tell: the cost
+  // model's probe takes half of it as the delay of a message, which its own rounds cannot time
+  // where sends are eager (a rank behind the others finds its messages already there). The
+  // longest, not the least: every rank of a group spread over sites has a peer at another site,
+  // so every rank sees the long link and its probe sends the same messages (the least put the
+  // ranks of a site with a neighbour on the short side, and a site's lone rank on the long one:
+  // their probes waited on each other until the timeout); and a call crosses that link.
   virtual double round_trip() const { return 0; }
   // The round trip from which a link counts as long: the cost model takes the part of a
   // message's time beyond half of it for the link's delay (plan/cost.h kMessageCost). A 4 MiB

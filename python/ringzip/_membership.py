@@ -52,8 +52,8 @@ def _checked_options(options):
     return options
 
 
-def _standalone(store, rank, size, timeout, opts):
-    backend = _build(store, rank, size, timeout, f"ringzip-standalone-{next(_names)}", opts)
+def _standalone(store, rank, size, timeout, opts, agree: bool = True):
+    backend = _build(store, rank, size, timeout, f"ringzip-standalone-{next(_names)}", opts, agree=agree)
     pg = dist.ProcessGroup(store, rank, size)
     custom = dist.ProcessGroup.BackendType.CUSTOM
     pg._set_default_backend(custom)  # noqa: SLF001 -- as torch's own init_process_group does
@@ -122,12 +122,13 @@ class Reconfigurable:
         # Until the new group stands the residuals wait here: a build that fails (a member died
         # in it) loses none, the next one takes them.
         self._rz_backend, self._rz_loaded = None, (calls, residuals)
-        pg, backend = _standalone(store, rank, size, opts.timeout or timeout, opts)
+        pg, backend = _standalone(store, rank, size, opts.timeout or timeout, opts, agree=False)
         backend.load_error_feedback_state(max(e["calls"] for e in every), residuals)
         for device in ("cpu", "cuda"):  # the lowest rank's that has them, on every member alike
             known = [e["figures"][device] for e in every if device in e["figures"]]
             if known:
                 backend.seed_tuner(device, known[0]["link"], known[0]["codec_scale"], known[0]["codecs"])
+        backend.agree_early()  # every member alike: with the figures seeded it sends nothing
         self._rz_backend, self._rz_loaded = backend, None
         return pg
 

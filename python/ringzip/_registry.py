@@ -99,7 +99,9 @@ def _split(store, rank: int, size: int, timeout: timedelta, group_name: str, par
     return _build(store, rank, size, opts.timeout if opts.timeout is not None else timeout, group_name, opts)
 
 
-def _build(group_store, rank: int, size: int, timeout, group_name: str, opts: Options):
+def _build(group_store, rank: int, size: int, timeout, group_name: str, opts: Options, agree: bool = True):
+    """agree: queue the cost model's first agreement now where it needs nothing measured
+    (RingzipBackend::agree_early); False: the caller does, after seeding the group's figures."""
     if not isinstance(timeout, timedelta):
         timeout = timedelta(seconds=float(timeout))
     connections = _agreed_connections(group_store, rank, size, opts.connections)
@@ -130,6 +132,8 @@ def _build(group_store, rank: int, size: int, timeout, group_name: str, opts: Op
     apply_options(backend, opts)
     backend.enable_mismatch_watch(PrefixStore("ringzip/watch/", group_store))
     _maybe_enable_cuda(backend, group_store, opts)
+    if agree:
+        backend.agree_early()
     return backend
 
 

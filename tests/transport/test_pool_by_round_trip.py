@@ -41,6 +41,8 @@ if windows:  # the link's rate whose share for one of the n-1 peers keeps `windo
 dist.init_process_group("ringzip", init_method=f"tcp://{addr}:29561", rank=rank, world_size=n,
                         timeout=datetime.timedelta(seconds=60))
 backend = dist.group.WORLD._get_backend(torch.device("cpu"))
+dist.barrier()  # queued behind whatever the group started as it was created
+early = backend.auto_state("cpu").refreshes  # agreements before any all-reduce
 base = torch.arange(1 << 20, dtype=torch.float32)  # 4 MiB: striped over a pool of 2
 x = base + rank
 dist.all_reduce(x)
@@ -48,7 +50,7 @@ ok = torch.equal(x, base * n + n * (n - 1) // 2)
 auto = ringzip.stats(dist.group.WORLD).get("auto") or {}
 params, probe_s = auto.get("params"), auto.get("probe_s")
 print(json.dumps({"rank": rank, "connections": backend.connections, "warmed": ringzip.stats()["topology"]["warmed"], "transport": backend.transport, "ok": ok,
-                  "params": params, "probe_s": probe_s, "window": window, "link_gbit": float(os.environ.get("RINGZIP_LINK_GBIT", 0))}))
+                  "params": params, "probe_s": probe_s, "early": early, "window": window, "link_gbit": float(os.environ.get("RINGZIP_LINK_GBIT", 0))}))
 dist.destroy_process_group()
 """
 
@@ -64,10 +66,11 @@ def _need_tun():
         pytest.skip(str(e))
 
 
-def _run(delay_s: float, tag: str, per_node: int = PER_NODE, windows: float = 0) -> list[dict]:
+def _run(delay_s: float, tag: str, per_node: int = PER_NODE, windows: float = 0, ranks: int = 0) -> list[dict]:
+    """`ranks`: launch only the first so many (the last machine holds fewer); 0: all."""
     prefix = f"rzp{os.getpid() % 10000}{tag}-"
-    n = NODES * per_node
-    net = netem.NetEnv(n, None, delay_s, prefix=prefix, ranks_per_node=per_node, link="tun")
+    n = ranks or NODES * per_node
+    net = netem.NetEnv(NODES * per_node, None, delay_s, prefix=prefix, ranks_per_node=per_node, link="tun")
     env = dict(os.environ, OMP_NUM_THREADS="1",
                PYTHONPATH=os.pathsep.join([PYDIR] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
     procs = []
@@ -122,6 +125,24 @@ def test_the_probe_over_a_long_link_takes_no_host_figure(delay_s):
     assert long_link == (delay_s > 0), params
     assert (params[0]["host_gbit"] == 0) == long_link, params
     assert all(row["probe_s"] > 0 for row in rows), rows  # it ran its rounds: no rate was given
+    assert all(row["early"] == 0 for row in rows), rows  # at the first call, which measures
+
+
+@pytest.mark.parametrize("windows", [0, 3.5], ids=["no-rate", "rate"])
+def test_sites_of_unequal_size_probe_alike(windows):
+    """Two ranks on one machine, one on the other (RTT 10 ms): the pair on one machine has a
+    short round trip between them, the lone rank only long ones. Every rank must see the link
+    as long -- the longest round trip to a peer, not the least -- or their probes send different
+    messages and wait on each other until the timeout."""
+    _need_tun()
+    rows = _run(0.005, "u" if windows else "v", windows=windows, ranks=3)
+    assert all(row["ok"] for row in rows), rows
+    assert [row["transport"] for row in rows] == ["shm+tcp", "shm+tcp", "tcp"], rows
+    params = [row["params"] for row in rows]
+    assert params[0] and params[0] == params[1] == params[2], params  # agreed
+    assert 0.0049 < params[0]["alpha_s"] < 0.010, params  # half the far round trip (10 ms, and a loaded host's)
+    assert all((row["probe_s"] == 0) == bool(windows) for row in rows), rows
+    assert all(row["early"] == (1 if windows else 0) for row in rows), [(row["early"], row["probe_s"]) for row in rows]
 
 
 def test_a_given_rate_sizes_the_pool_and_spares_the_probe():
@@ -139,6 +160,8 @@ def test_a_given_rate_sizes_the_pool_and_spares_the_probe():
     # Nor does the cost model's probe time rounds there: the rate is given, a message's latency
     # is half the round trip the kernel measured.
     assert all(row["probe_s"] == 0 for row in rows), rows
+    # so the group agreed its figures as it was created, not in its first call
+    assert all(row["early"] == 1 for row in rows), rows
     # and the new connections opened their windows as the group was created, each a round
     # trip of its share (then the 4 MiB all-reduce above, queued behind those bytes, was right).
     assert all(row["warmed"] == row["connections"][1 - row["rank"]] for row in rows), rows

@@ -246,15 +246,18 @@ void Engine::pace(double bytes_per_s) {
     }
 }
 
-double Engine::min_round_trip() const {
+double Engine::round_trip() const {
   std::lock_guard<std::mutex> lk(mu_);
-  uint32_t least = 0;
-  for (const auto& row : conns_)
+  uint32_t longest = 0;
+  for (const auto& row : conns_) {
+    uint32_t least = 0;  // the peer's: the least over its pool
     for (const auto& c : row) {
       const uint32_t rtt = c->closed.empty() ? min_rtt_us(c->fd) : 0;
       if (rtt > 0 && (least == 0 || rtt < least)) least = rtt;
     }
-  return least * 1e-6;
+    longest = std::max(longest, least);
+  }
+  return longest * 1e-6;
 }
 
 int Engine::warm(double pair_rate, double window) {

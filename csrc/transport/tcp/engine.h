@@ -82,8 +82,9 @@ class Engine {
   // Paces every connection to a peer to its share of `bytes_per_s` (the kernel's
   // SO_MAX_PACING_RATE, which TCP honours without the fq qdisc); 0 lifts it.
   void pace(double bytes_per_s);
-  // The least of the connections' minimum round trips (TCP_INFO), in seconds; 0 if none knows.
-  double min_round_trip() const;
+  // The longest of the peers' round trips, each the least minimum round trip (TCP_INFO) of its
+  // connections, in seconds; 0 if none knows (Transport::round_trip).
+  double round_trip() const;
   // Opens the windows of connections over a long link (a round trip of Transport::kLongRoundTrip
   // or more): each connection to a peer whose congestion window is below its share of what the
   // pair's rate `pair_rate` (bytes/s) keeps in flight over its round trip (split over the pair's

@@ -53,7 +53,7 @@ class TcpTransport final : public Transport {
   }
   void abort() override { e_->abort("a collective failed"); }
   void close() override { e_->close(); }
-  double round_trip() const override { return e_->min_round_trip(); }
+  double round_trip() const override { return e_->round_trip(); }
   int connections(int peer) const override { return static_cast<int>(e_->pool(peer)); }
   void pace(double bits_per_s) override {
     rate_ = pair_rate(bits_per_s, size());
