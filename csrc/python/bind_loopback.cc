@@ -44,6 +44,8 @@ struct Run {
   std::string compute = "host";
   // Where given: every rank's posts, waits and kernels, in order (transport/loopback/recording.h).
   std::vector<RankTrace>* trace = nullptr;
+  // What the transports report as their round trip (LoopbackHub::round_trip), in seconds.
+  double round_trip_s = 0;
 };
 
 Compute& compute_of(const Run& run) {
@@ -65,6 +67,7 @@ std::optional<NodeLayout> layout_of(const Run& run, int n) {
 void run_ranks(int n, const Run& run, const char* op, const std::function<void(int, Comm&)>& body) {
   Compute& compute = compute_of(run);  // a bad name raises here, not in every rank
   auto hub = std::make_shared<LoopbackHub>(n, parse_loopback_mode(run.mode));
+  hub->round_trip = run.round_trip_s;
   std::optional<NodeLayout> lay;
   std::vector<std::shared_ptr<LoopbackHub>> node_hubs;
   if (run.routed && run.nodes) {
@@ -344,15 +347,17 @@ void bind_loopback(py::module_& m) {
       [](const std::string& op, const Tensors& inputs, const std::string& mode, const std::string& algorithm,
          const std::string& reduce_op, int root, uint32_t seq, std::optional<std::vector<size_t>> parts,
          std::optional<std::vector<std::vector<int64_t>>> splits, int64_t timeout_ms,
-         std::optional<std::vector<int>> nodes, bool routed, const std::string& compute, py::object trace) {
+         std::optional<std::vector<int>> nodes, bool routed, const std::string& compute, py::object trace,
+         double round_trip_s) {
         Recorder rec{trace};
-        auto out = collective(op, inputs, algorithm, reduce_op, root, parts, splits,
-                              rec.with(Run{mode, seq, timeout_ms, nodes, routed, compute}));
+        Run run{mode, seq, timeout_ms, nodes, routed, compute};
+        run.round_trip_s = round_trip_s;
+        auto out = collective(op, inputs, algorithm, reduce_op, root, parts, splits, rec.with(run));
         return out;
       },
       "op"_a, "inputs"_a, "mode"_a = "eager", "algorithm"_a = "auto", "reduce_op"_a = "sum", "root"_a = 0, "seq"_a = 0,
       "parts"_a = py::none(), "splits"_a = py::none(), "timeout_ms"_a = 60000, "nodes"_a = py::none(),
-      "routed"_a = false, "compute"_a = "host", "trace"_a = py::none(),
+      "routed"_a = false, "compute"_a = "host", "trace"_a = py::none(), "round_trip_s"_a = 0.0,
       "Runs a dense collective with len(inputs) ranks (inputs[r]: rank r's tensor) in mode 'eager' (Gloo-like)\n"
       "or 'grouped' (NCCL-like) and returns each rank's result. op: allreduce (algorithm auto, ring, rd, direct,\n"
       "star, hd, tree), reduce_scatter / allgather (ring, in place, parts: n + 1 element offsets, default even), "
@@ -363,7 +368,9 @@ void bind_loopback(py::module_& m) {
       "star's root is seq % n). nodes: the node of every rank -- allreduce and reduce_scatter (n equal parts) run\n"
       "node-aware (collective/hierarchy/; algorithm: the inter-node step's) unless routed=True, which instead\n"
       "runs the op flat with each node's ranks connected by a hub of their own (transport/routed.h). trace: a\n"
-      "ringzip._C.sim.Trace that gets every rank's posts, waits and kernels in order (sim/trace.h). Raises RuntimeError naming each failed rank (deadlocks, timeouts).");
+      "ringzip._C.sim.Trace that gets every rank's posts, waits and kernels in order (sim/trace.h). round_trip_s: what\n"
+      "the transports report as their round trip (a long link's schedules, without its delay). Raises RuntimeError\n"
+      "naming each failed rank (deadlocks, timeouts).");
   l.def("script", &script, "programs"_a, "mode"_a = "eager", "timeout_ms"_a = 60000,
         "Raw transport calls, one program per rank of (what, peer, tag, bytes) steps: send (bytes of value\n"
         "tag & 0xff), recv, recv_any, start / end (group brackets), wait / drop (peer: the request's index in\n"

@@ -48,6 +48,9 @@ class LoopbackHub {
   LoopbackMode mode() const;
   // Why the hub stopped (deadlock, abort, a dropped request); empty while it works.
   std::string failure() const;
+  // What its transports report as Transport::round_trip (seconds; set before they run): a test
+  // runs the schedules a long link gets (exact SRA's segments) with no delay at all.
+  double round_trip = 0;
 
   struct State;  // loopback_transport.cc
 
@@ -73,6 +76,7 @@ class LoopbackTransport final : public Transport {
   std::unique_ptr<Request> irecv_any(void* data, size_t bytes, uint32_t tag) override;
   void abort() override;
   void close() override;
+  double round_trip() const override { return hub_->round_trip; }
 
  private:
   std::shared_ptr<LoopbackHub> hub_;
@@ -92,6 +96,7 @@ class LoopbackGroupedTransport final : public GroupedTransport {
   std::unique_ptr<Request> irecv(void* data, size_t bytes, int peer, uint32_t tag) override;
   void abort() override;
   void close() override;
+  double round_trip() const override { return hub_->round_trip; }
 
  private:
   void issue(const std::vector<Op>& group) override;

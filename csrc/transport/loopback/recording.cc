@@ -58,6 +58,7 @@ class RecordingTransport final : public Transport {
   void group_end() override { inner_->group_end(); }
   bool eager_receives() const override { return inner_->eager_receives(); }
   int lookahead() const override { return inner_->lookahead(); }
+  double round_trip() const override { return inner_->round_trip(); }  // schedules cut by the link
   void abort() override { inner_->abort(); }
   void close() override { inner_->close(); }
   NativeCollectives* native() override { return inner_->native(); }

@@ -52,12 +52,14 @@ def default_feedback(codec: str) -> bool:
 
 
 def record(world: int, count: int, codec: str = "none", algorithm: str = "ring", nodes: list[int] | None = None,
-           feedback: bool | None = None, seed: int = 0, plan: tuple[int, int] | None = None):
+           feedback: bool | None = None, seed: int = 0, plan: tuple[int, int] | None = None,
+           round_trip_s: float = 0.0):
     """Every rank's events of one float32 SUM all-reduce of `count` elements, a ringzip._C.sim.Trace
     (csrc/sim/trace.h; .events(r) lists rank r's as (kind, peer, amount, id, tag, lane)). nodes: the node
     of every rank for the node-aware schedule (None: flat); feedback: error feedback (None: the
     codec's default); plan: SRA's (segment elements, lag) where the call's own plan set them (None:
-    the loopback's defaults)."""
+    the loopback's defaults); round_trip_s: the link's, as the transport reports it (a long link's
+    exact SRA runs in segments)."""
     from ringzip import _C
 
     g = torch.Generator().manual_seed(seed)
@@ -65,7 +67,8 @@ def record(world: int, count: int, codec: str = "none", algorithm: str = "ring",
     trace = _C.sim.Trace()
     timeout_ms = 60_000 + 1_000 * world  # 1,024 threads on two cores take minutes
     if codec in DENSE:
-        _C.loopback.collective("allreduce", xs, algorithm=algorithm, nodes=nodes, trace=trace, timeout_ms=timeout_ms)
+        _C.loopback.collective("allreduce", xs, algorithm=algorithm, nodes=nodes, trace=trace, timeout_ms=timeout_ms,
+                               round_trip_s=round_trip_s)
         return trace
     if feedback is None:
         feedback = default_feedback(codec)
@@ -209,13 +212,13 @@ class Recorder:
     def __init__(self, record_bytes: int = RECORD_BYTES, keep: int = 4):
         self.record_bytes, self.keep, self.cache = record_bytes, keep, {}
 
-    def trace(self, world, count, codec, algorithm, nodes=None, plan=None):
+    def trace(self, world, count, codec, algorithm, nodes=None, plan=None, round_trip_s=0.0):
         at = recording_count(world, count, self.record_bytes)
-        key = (world, at, codec, algorithm, tuple(nodes) if nodes else None, plan)
+        key = (world, at, codec, algorithm, tuple(nodes) if nodes else None, plan, round_trip_s)
         if key not in self.cache:
             while len(self.cache) >= self.keep:
                 self.cache.pop(next(iter(self.cache)))
-            self.cache[key] = record(world, at, codec, algorithm, nodes, plan=plan)
+            self.cache[key] = record(world, at, codec, algorithm, nodes, plan=plan, round_trip_s=round_trip_s)
         return self.cache[key], count / at
 
 
@@ -302,7 +305,8 @@ def run(args) -> int:
                 for h in split_list(args.hierarchy):
                     if h == "node" and args.per_machine < 2 or not applies(codec, algo):
                         continue
-                    tr, scale = rec.trace(world, count, codec, algo, node_of if h == "node" else None)
+                    tr, scale = rec.trace(world, count, codec, algo, node_of if h == "node" else None,
+                                          round_trip_s=2 * links.delay_ms * 1e-3)
                     res = replay(tr, links, kernels(codec, 4 * count), scale)
                     busbw = 2 * (world - 1) / world * 4 * count / res["time"] / 1e9
                     rows.append({"size_bytes": 4 * count, "codec": codec, "algorithm": algo, "hierarchy": h,
@@ -331,7 +335,8 @@ def simulate_row(header: dict, row: dict, kernel_rows: list[dict], recorder: Rec
     node_of = topo.get("node_of") or [r // per for r in range(row["nproc"])]
     node_aware = topo.get("node_aware", row.get("hierarchy") == "node")
     trace, scale = recorder.trace(row["nproc"], row["count"], row["codec"], row["algorithm"],
-                                  list(node_of) if node_aware else None, sra_plan(row))
+                                  list(node_of) if node_aware else None, sra_plan(row),
+                                  2 * (header.get("delay_ms") or 0.0) * 1e-3)
     links = Links(node_of, header.get("tcp_goodput_gbit") or header["link_gbit"],
                   eager=topo.get("transport") == "tcp", **link_kw)
     if header.get("delay_ms"):
