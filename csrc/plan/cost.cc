@@ -228,7 +228,8 @@ Estimate sparse(const codec::Spec& s, size_t count, int n, const Link& l, const 
 size_t sra_lag(const Estimate& sra, const Link& l) {
   if (l.alpha <= kMessageCost || sra.segments <= 1) return 1;
   const double step = std::max(sra.wire, sra.compute) / sra.segments;
-  const double cover = step > 0 ? std::ceil(0.5 * l.alpha / step) : sra.segments;
+  const double delay = l.inv_window > 0 ? l.alpha : 0.5 * l.alpha;  // the one-way delay (cost.h)
+  const double cover = step > 0 ? std::ceil(delay / step) : sra.segments;
   return static_cast<size_t>(std::min(1 + cover, sra.segments));
 }
 

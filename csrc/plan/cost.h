@@ -129,10 +129,13 @@ Estimate compressed_allreduce(CompressedAlgo a, const codec::Spec& s, size_t cou
 size_t sra_segment_elems(const Estimate& sra);
 // How many segments SRA's reductions run behind its sends (CompressedCall::lag) for a call the
 // model estimates `sra`: 1 (the next step) unless alpha is mostly a long link's delay; there
-// enough segments that their own time covers the one-way delay (alpha / 2: over Gloo a probe
-// round is a round trip, its message waiting for the receiver's word). A lag of one made every
-// segment wait its own delay (64 MiB in q4 at a 100 ms round trip: 10 steps of ~50 ms); a lag
-// of all of them left the codec unhidden at 20 ms (q4 1.7x slower there).
+// enough segments that their own time covers the one-way delay. Over ringzip's TCP transport,
+// which knows its round trip and window (Link::inv_window set), alpha is that delay itself (half
+// the kernel's round trip); over Gloo it is half of alpha (a probe round is a round trip there,
+// its message waiting for the receiver's word). Covering half the delay over TCP made q4 64 MiB
+// at a 100 ms round trip 1.17x slower (252 against 215 ms, q8 1.09x); a lag of one made every
+// segment wait its own delay (10 steps of ~50 ms); a lag of all of them left the codec unhidden
+// at 20 ms (q4 1.7x slower there).
 size_t sra_lag(const Estimate& sra, const Link& l);
 // SRA's first phase alone (compressed reduce-scatter).
 Estimate compressed_reduce_scatter(const codec::Spec& s, size_t count, int n, const Link& l, const CodecSpeed& cs,

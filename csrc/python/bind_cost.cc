@@ -119,15 +119,19 @@ void bind_cost(py::module_& m) {
       "SRA's segment length (elements) its plan sets for such a call (cost.h)");
   c.def(
       "sra_lag",
-      [](const std::string& codec, size_t bytes, int n, double alpha, double inv_bw, const Speeds& speed) {
+      [](const std::string& codec, size_t bytes, int n, double alpha, double inv_bw, const Speeds& speed,
+         double inv_window) {
         const CompressionConfig cc = parsed(codec, codec::kBucketSize);
         const cost::Problem p{bytes, n, false, false, CompressedAlgo::Sra, AllreduceAlgo::Ring};
-        const cost::Link l{alpha, inv_bw};
+        cost::Link l{alpha, inv_bw};
+        l.inv_window = inv_window;
         return cost::sra_lag(cost::predict(cc.spec(), CompressedAlgo::Sra, AllreduceAlgo::Ring, p, l, speed_of(speed)),
                              l);
       },
       py::arg("codec"), py::arg("bytes"), py::arg("n"), py::arg("alpha"), py::arg("inv_bw"), py::arg("speed"),
-      "The segments SRA's reductions run behind its sends for such a call (cost.h sra_lag)");
+      py::arg("inv_window") = 0.0,
+      "The segments SRA's reductions run behind its sends for such a call (cost.h sra_lag); inv_window: the\n"
+      "transport's window term (Link::inv_window), which says alpha is the one-way delay itself");
   // What a measured exact call teaches about the link (tuner.cc learn; cost.h link_sample):
   // ("link" or "host", seconds per byte), or None.
   c.def(

@@ -359,7 +359,8 @@ def sra_plan(row: dict) -> tuple[int, int] | None:
     speed = tuple(scale / (sp[k] * 1e9) if sp.get(k) else 1 / 2e9
                   for k in ("encode_gbyte_s", "decode_gbyte_s", "feedback_gbyte_s"))
     args = (row["codec"], row["size_bytes"], row["nproc"], mp["alpha_s"], 8 / (mp["link_gbit"] * 1e9), speed)
-    return _C.cost.sra_segment_elems(*args), _C.cost.sra_lag(*args)
+    window = mp.get("window_gbit") or 0.0  # the transport's window term: alpha is the one-way delay then
+    return _C.cost.sra_segment_elems(*args), _C.cost.sra_lag(*args, inv_window=8 / (window * 1e9) if window else 0.0)
 
 
 # TCP's payload in the bytes of a full-sized packet at MTU 1500 (IP and TCP headers with
