@@ -68,7 +68,7 @@ void RingzipBackend::configure(const GroupOptions& o) {
 }
 
 void RingzipBackend::agree_early() {
-  if (size_ < 2 || !(net_->peer_rate() > 0) || net_->round_trip() < Transport::kLongRoundTrip) return;
+  if (size_ < 2 || !(net_->peer_rate() > 0) || !net_->long_link()) return;
   const Settings s = planner_.settings();
   if (s.algorithm != AllreduceAlgo::Auto && !s.cc.enabled()) return;  // no call asks the cost model
   // The codecs the calls will ask about (as Planner::settle does): all of codec="auto"'s, or the

@@ -164,7 +164,7 @@ double window_seconds_per_byte(Comm& c) {
 
 void Tuner::probe(Comm& c) {
   const int n = c.size();
-  const bool long_link = c.net.round_trip() >= Transport::kLongRoundTrip;
+  const bool long_link = c.net.long_link();
   const double paced = c.net.peer_rate() * (n - 1);  // what this rank may send to all its peers at once
   if (paced > 0) push(inv_bw_, 1.0 / paced);
   if (long_link && paced > 0) {

@@ -67,6 +67,9 @@ class Transport {
   // message's time beyond half of it for the link's delay (plan/cost.h kMessageCost). A 4 MiB
   // send window carries 6.7 Gbit/s at it.
   static constexpr double kLongRoundTrip = 5e-3;
+  // Whether this rank's messages cross a long link (the decisions every rank must take alike:
+  // the probe's rounds, exact SRA's segments, the agreement at creation).
+  bool long_link() const { return round_trip() >= kLongRoundTrip; }
   // How many connections carry this rank's messages to `peer` (a pool striped by stripes.h): 0
   // for this rank itself.
   virtual int connections(int peer) const { return peer == rank() ? 0 : 1; }

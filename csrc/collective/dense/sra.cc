@@ -9,8 +9,9 @@
 // give the same bits, and the planner may choose among them by time alone.
 //
 // Over a long link (Transport::kLongRoundTrip) large parts travel in segments of kSegmentBytes,
-// each reduced and sent on as soon as its contributions are in: the results of the first segments leave while the last contributions
-// are still on their way, so a large call waits the link's delay once, not once per round, and
+// each reduced and sent on as soon as its contributions are in: the results of the first
+// segments leave while the last contributions are still on their way, so a large call waits the
+// link's delay once, not once per round, and
 // a lost segment near the end of the contributions (0.1 % of a long link's segments: one in
 // nearly every 16 MiB) delays only its own segment, not the second round as a whole. Segmenting
 // changes no element's order of reduction: the same bits. Not over shared memory or a short
@@ -38,9 +39,8 @@ void sra_allreduce(Comm& c, Buf data, RedOp op) {
   const std::vector<size_t> begin = even_parts(data.count, n);
   // Every rank cuts every part alike: from the call's size (the largest part's bytes) and the link.
   const size_t largest = (begin[1] - begin[0]) * esz;
-  const size_t S = c.net.round_trip() < Transport::kLongRoundTrip
-                       ? 1
-                       : std::clamp<size_t>((largest + kSegmentBytes - 1) / kSegmentBytes, 1, kMaxSegments);
+  const size_t S =
+      c.net.long_link() ? std::clamp<size_t>((largest + kSegmentBytes - 1) / kSegmentBytes, 1, kMaxSegments) : 1;
   // Segment t of part p: elements [seg(p, t), seg(p, t + 1)).
   auto seg = [&](int p, size_t t) { return begin[p] + (begin[p + 1] - begin[p]) * t / S; };
   auto at = [&](int p, size_t t) { return reinterpret_cast<uint8_t*>(data.at(seg(p, t))); };
